@@ -1,0 +1,44 @@
+# Every target creates or reuses .venv and installs what it needs, Debian packages
+# included, so that a fresh machine needs nothing but `make`.
+PYTHON  ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PKGS := prometheus
+
+.PHONY: demo test lint bench deps system-deps crds clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Debian's Prometheus and promtool are real components of the tests and the demo.
+system-deps:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PKGS); }
+
+deps: $(STAMP) system-deps
+
+lint: $(STAMP)
+	$(BIN)/ruff check operator tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: deps lint
+	$(BIN)/pytest -q -p no:cacheprovider tests
+
+demo: deps
+	$(BIN)/infertune demo --report-dir demo-report
+
+bench: deps
+	$(BIN)/python -m bench
+
+crds: $(STAMP)
+	$(BIN)/infertune crds --out crds
+
+clean:
+	rm -rf $(VENV) demo-report .mypy_cache .ruff_cache

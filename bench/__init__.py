@@ -1,0 +1,1 @@
+"""Benchmarks: speed, memory and quality figures, printed as numbers and ratios (never timed tests)."""

@@ -1,0 +1,1 @@
+"""The API layer: data shapes shared by every other layer (spec, status, observation). No I/O."""

@@ -1,0 +1,84 @@
+"""What the operator saw of one deployment at one instant: the contract between observe/ and planner/.
+
+Every figure is optional because missing data must never be read as zero: a source that could not
+measure something leaves it `None`, and sets `available=False` with a reason when what is missing
+is needed to decide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class MetricsFault(StrEnum):
+    """Why an observation is not trusted. The values double as condition reasons."""
+
+    OK = "MetricsFresh"
+    UNREACHABLE = "SourceUnreachable"
+    TIMEOUT = "SourceTimeout"
+    SERVER_ERROR = "SourceServerError"
+    MALFORMED = "MalformedAnswer"
+    EMPTY = "NoSeries"
+    NOT_A_NUMBER = "NaNValues"
+    PARTIAL = "PartialReplicas"
+    COUNTER_RESET = "CounterReset"
+    DUPLICATE_SERIES = "DuplicateSeries"
+    STALE = "StaleSamples"
+
+
+@dataclass(frozen=True)
+class ReplicaObservation:
+    """One serving pod's figures. Rates are per second over the observation window."""
+
+    pod: str
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None  # 0..1 of the KV pool
+    preemption_rate: float | None = None
+    arrival_rate: float | None = None
+    completion_rate: float | None = None
+    mean_prompt_tokens: float | None = None
+    mean_cached_tokens: float | None = None
+    mean_generated_tokens: float | None = None
+    ttft_p50_seconds: float | None = None
+    ttft_p95_seconds: float | None = None
+    ttft_p99_seconds: float | None = None
+    mean_inter_token_seconds: float | None = None
+    prefix_hit_rate: float | None = None
+    kv_capacity_tokens: int | None = None  # num_gpu_blocks x block_size, from cache_config_info
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A deployment's figures, aggregated over its replicas, plus the per-replica breakdown.
+
+    `sample_time` is the source's own timestamp of the newest sample (Unix seconds), so the
+    planner can judge staleness against its `now` without a clock of its own.
+    """
+
+    namespace: str
+    deployment: str
+    sample_time: float
+    available: bool
+    fault: MetricsFault = MetricsFault.OK
+    message: str = ""
+    dialect: str = "vllm"
+    replicas: tuple[ReplicaObservation, ...] = ()
+    running: float | None = None  # sum over replicas
+    waiting: float | None = None  # sum over replicas
+    kv_usage: float | None = None  # max over replicas: the cliff is hit by the fullest one
+    mean_kv_usage: float | None = None
+    preemption_rate: float | None = None  # sum
+    arrival_rate: float | None = None  # sum, requests/s
+    completion_rate: float | None = None  # sum, requests/s
+    mean_prompt_tokens: float | None = None
+    mean_cached_tokens: float | None = None
+    mean_generated_tokens: float | None = None
+    ttft_p50_seconds: float | None = None
+    ttft_p95_seconds: float | None = None
+    ttft_p99_seconds: float | None = None
+    mean_inter_token_seconds: float | None = None
+    prefix_hit_rate: float | None = None
+    kv_capacity_tokens: int | None = None  # per replica
+    fit_samples: tuple[tuple[float, float], ...] = field(default=())  # (running batch, seconds per pass)

@@ -1,0 +1,141 @@
+"""Seed 000's napkin chain: MoE occupancy, bytes per pass, memory and compute roofline, TP overhead.
+
+    per_pass_bytes(B) = routed experts hit + shared weights + KV reads
+    memory_time(B)    = bytes / (TP x bandwidth x sync_efficiency(TP) x MBU x shard_efficiency(TP))
+    per_pass_time(B)  = overhead(TP) + overlap x max(memory_time, compute_time)
+
+The napkin is a sanity check and a prior; the fitted line in fit.py is the predictor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from infertune.model.catalog import GpuSpec, ModelProfile
+from infertune.model.kv import kv_bytes_per_token_total
+
+
+@dataclass(frozen=True)
+class NapkinAssumptions:
+    """The fudge factors the napkin carries. The defaults are the predictive prior; `seed_000()`
+    is the seed's own hand calculation (50% MBU, 0.5 overlap, no thin-shard penalty)."""
+
+    mbu: float = 0.60
+    mfu_decode: float = 0.50
+    # Seed 000: 6.4% MFU during prefill (78K tok/s on 8x B200).
+    mfu_prefill: float = 0.064
+    overlap: float = 1.0
+    # Kernel launches and scheduling, paid once a pass whatever the TP.
+    launch_overhead_s: float = 1.0e-3
+    # One ring step of a collective; two collectives a layer (attention all-reduce, MoE
+    # dispatch/combine). 4.92 us puts Kimi's 61 layers at TP8 on seed 000's 5.2 ms intercept.
+    collective_step_s: float = 4.918e-6
+    collectives_per_layer: int = 2
+    # A ring step that leaves the NVLink domain crosses the network: several times slower.
+    internode_step_factor: float = 6.0
+    # Sync losses on HBM bandwidth: 1/(1 + sigma (TP-1)). 0.04 gives seed 000's
+    # "50 TB/s effective (raw 64 minus sync overhead)" at TP8.
+    sync_loss_per_rank: float = 0.04
+    # Thin GEMM slices stream HBM less efficiently: efficiency = w / (w + half), w the per-rank
+    # slice of the FFN width. 768 columns carries seed 000's TP8 measurement (36.8 ms at B=16)
+    # to its TP4 figure (~46 tok/s at c=8). 0 disables the penalty.
+    shard_width_half: float = 768.0
+
+    @staticmethod
+    def seed_000() -> NapkinAssumptions:
+        return NapkinAssumptions(mbu=0.50, overlap=0.5, shard_width_half=0.0)
+
+    def with_(self, **changes: float) -> NapkinAssumptions:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PassBytes:
+    routed_experts: float
+    shared_weights: float
+    kv_reads: float
+    unique_experts_per_layer: float
+
+    @property
+    def total(self) -> float:
+        return self.routed_experts + self.shared_weights + self.kv_reads
+
+
+def unique_experts(routed: int, per_token: int, batch: float) -> float:
+    """Distinct experts a batch touches in one layer: E x (1 - (1 - k/E)^B), the occupancy problem."""
+    if routed <= 0 or batch <= 0:
+        return 0.0
+    return float(routed * (1.0 - (1.0 - per_token / routed) ** batch))
+
+
+def pass_bytes(model: ModelProfile, batch: float, context_tokens: float) -> PassBytes:
+    """Bytes one decode pass reads across all ranks, B streams each with `context_tokens` of KV."""
+    experts = 0.0
+    routed = 0.0
+    if model.moe is not None:
+        experts = unique_experts(model.moe.routed_experts, model.moe.experts_per_token, batch)
+        routed = experts * model.moe.moe_layers * model.expert_bytes
+    kv = batch * context_tokens * kv_bytes_per_token_total(model, context_tokens)
+    return PassBytes(routed, model.shared_weight_bytes, kv, experts)
+
+
+def sync_efficiency(tp: int, a: NapkinAssumptions) -> float:
+    return 1.0 / (1.0 + a.sync_loss_per_rank * (tp - 1))
+
+
+def shard_efficiency(model: ModelProfile, tp: int, a: NapkinAssumptions) -> float:
+    if a.shard_width_half <= 0:
+        return 1.0
+    width = model.ffn_width / tp
+    return width / (width + a.shard_width_half)
+
+
+def effective_bandwidth(model: ModelProfile, gpu: GpuSpec, tp: int, a: NapkinAssumptions) -> float:
+    """Aggregate HBM bytes/s a TP group actually streams."""
+    return tp * gpu.hbm_bandwidth * sync_efficiency(tp, a) * a.mbu * shard_efficiency(model, tp, a)
+
+
+def overhead_seconds(model: ModelProfile, gpu: GpuSpec, tp: int, a: NapkinAssumptions) -> float:
+    """Fixed per-pass cost: launches plus the latency of every collective, growing with TP."""
+    if tp <= 1:
+        return a.launch_overhead_s
+    in_node = min(tp, gpu.gpus_per_node) - 1
+    across = max(tp - gpu.gpus_per_node, 0)
+    steps = in_node + across * a.internode_step_factor
+    return a.launch_overhead_s + a.collective_step_s * a.collectives_per_layer * model.layers * steps
+
+
+def attention_flops_per_token(model: ModelProfile, context_tokens: float) -> float:
+    """Q.K and A.V over the whole context, multiply-adds counted as two FLOPs."""
+    width = model.kv_lora_rank + model.rope_head_dim if model.attention == "mla" else model.head_dim
+    return 4.0 * model.layers * model.attention_heads * width * context_tokens
+
+
+def compute_seconds(
+    model: ModelProfile, gpu: GpuSpec, tp: int, batch: float, context_tokens: float, a: NapkinAssumptions
+) -> float:
+    flops = batch * (2.0 * model.active_params + attention_flops_per_token(model, context_tokens))
+    return flops / (tp * gpu.peak_flops(model.compute_dtype) * a.mfu_decode)
+
+
+def memory_seconds(
+    model: ModelProfile, gpu: GpuSpec, tp: int, batch: float, context_tokens: float, a: NapkinAssumptions
+) -> float:
+    return pass_bytes(model, batch, context_tokens).total / effective_bandwidth(model, gpu, tp, a)
+
+
+def napkin_per_pass(
+    model: ModelProfile, gpu: GpuSpec, tp: int, batch: float, context_tokens: float,
+    a: NapkinAssumptions = NapkinAssumptions(),
+) -> float:
+    """Seconds for one decode pass by first principles."""
+    work = max(
+        memory_seconds(model, gpu, tp, batch, context_tokens, a),
+        compute_seconds(model, gpu, tp, batch, context_tokens, a),
+    )
+    return overhead_seconds(model, gpu, tp, a) + a.overlap * work
+
+
+def prefill_tokens_per_second(model: ModelProfile, gpu: GpuSpec, tp: int, a: NapkinAssumptions) -> float:
+    """Prefill is compute-bound: TP x peak x MFU over 2 FLOPs per active parameter per token."""
+    return tp * gpu.peak_flops(model.compute_dtype) * a.mfu_prefill / (2.0 * model.active_params)

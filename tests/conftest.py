@@ -1,0 +1,19 @@
+"""Shared pytest options: `--kube` opts into the suite that runs against the cluster in KUBECONFIG."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kube", action="store_true", default=False,
+                     help="run the opt-in suite against the real cluster in KUBECONFIG")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--kube"):
+        return
+    skip = pytest.mark.skip(reason="needs --kube and a real cluster in KUBECONFIG")
+    for item in items:
+        if "kube" in item.keywords:
+            item.add_marker(skip)
