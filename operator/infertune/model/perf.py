@@ -17,9 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+import numpy.typing as npt
+
 from infertune.model.catalog import GpuSpec, ModelProfile
 from infertune.model.fit import LinearFit
-from infertune.model.kv import CapacityAssumptions, cliff_concurrency, kv_capacity_tokens, working_set_tokens
+from infertune.model.kv import CapacityAssumptions, cliff_concurrency, kv_capacity_tokens
 from infertune.model.roofline import (
     NapkinAssumptions,
     napkin_per_pass,
@@ -27,6 +30,8 @@ from infertune.model.roofline import (
     prefill_tokens_per_second,
 )
 from infertune.model.workload import Workload
+
+FloatArray = npt.NDArray[np.float64]
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -41,7 +46,7 @@ class Region(StrEnum):
 # Elasticity of aggregate throughput to concurrency, d ln(agg) / d ln(B): near 1 every stream is
 # free (climb), near 0 nothing is gained (plateau).
 CLIMB_ELASTICITY = 0.6
-BEND_ELASTICITY = 0.25
+BEND_ELASTICITY = 0.28
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,62 @@ def calibration_ratio(
 ) -> float:
     """How much slower reality is than the napkin, on the part of the pass that scales with work."""
     overhead = overhead_seconds(model, gpu, tp, napkin)
-    napkin_work = napkin_per_pass(model, gpu, tp, batch, context_tokens, napkin) - overhead
+    napkin_work = float(napkin_per_pass(model, gpu, tp, float(batch), context_tokens, napkin)) - overhead
     return max(measured_seconds - overhead, 1e-9) / napkin_work
+
+
+@dataclass(frozen=True)
+class LayoutGrid:
+    """Predictions for one TP at many concurrencies, as arrays (the planner's hot path)."""
+
+    tp: int
+    concurrency: FloatArray
+    per_pass_seconds: FloatArray
+    napkin_seconds: FloatArray
+    source: str
+    calibration_ratio: float
+    calibrated_from_tp: int | None
+    fit_covers: npt.NDArray[np.bool_]
+    ttft_seconds: FloatArray
+    e2e_seconds: FloatArray
+    request_rate: FloatArray
+    output_tps: FloatArray
+    processed_tps: FloatArray
+    cost_per_million_processed: FloatArray
+    cost_per_million_output: FloatArray
+    kv_capacity_tokens: float
+    kv_working_set_tokens: FloatArray
+    cliff_concurrency: float
+    elasticity: FloatArray
+
+    @property
+    def per_stream_tps(self) -> FloatArray:
+        return 1.0 / self.per_pass_seconds
+
+    @property
+    def kv_working_set_fraction(self) -> FloatArray:
+        if self.kv_capacity_tokens <= 0:
+            return np.full_like(self.concurrency, math.inf)
+        return self.kv_working_set_tokens / self.kv_capacity_tokens
+
+    def regions(self) -> list[Region]:
+        return [classify_region(float(c), float(e), self.cliff_concurrency)
+                for c, e in zip(self.concurrency, self.elasticity, strict=True)]
+
+    def pass_source(self, i: int) -> str:
+        if self.source == "fit" and not self.fit_covers[i]:
+            return "fit+napkin"
+        return self.source
+
+
+def classify_region(concurrency: float, elasticity: float, cliff: float) -> Region:
+    if concurrency > cliff:
+        return Region.CLIFF
+    if elasticity >= CLIMB_ELASTICITY:
+        return Region.CLIMB
+    if elasticity >= BEND_ELASTICITY:
+        return Region.BEND
+    return Region.PLATEAU
 
 
 @dataclass(frozen=True)
@@ -121,7 +180,7 @@ class PerformanceModel:
     def price(self) -> float:
         return self.price_per_gpu_hour if self.price_per_gpu_hour is not None else self.gpu.price_per_gpu_hour
 
-    def _napkin(self, tp: int, batch: float) -> float:
+    def _napkin(self, tp: int, batch: FloatArray) -> FloatArray:
         return napkin_per_pass(self.model, self.gpu, tp, batch, self.decode_context_tokens, self.napkin)
 
     def _ratio_at(self, tp: int) -> float | None:
@@ -142,24 +201,31 @@ class PerformanceModel:
             return None
         return min(known, key=lambda t: (abs(math.log2(t) - math.log2(tp)), -t))
 
-    def _calibrated(self, tp: int, batch: float, ratio: float) -> float:
-        overhead = overhead_seconds(self.model, self.gpu, tp, self.napkin)
-        return overhead + ratio * (self._napkin(tp, batch) - overhead)
-
-    def per_pass(self, tp: int, batch: float) -> PassPrediction:
+    def _per_pass_array(
+        self, tp: int, batch: FloatArray
+    ) -> tuple[FloatArray, FloatArray, str, float, int | None, npt.NDArray[np.bool_]]:
         napkin = self._napkin(tp, batch)
+        no_cover = np.zeros(batch.shape, dtype=bool)
+        overhead = overhead_seconds(self.model, self.gpu, tp, self.napkin)
         fit = self.fits.get(tp)
         if fit is not None:
-            if fit.covers(batch):
-                return PassPrediction(fit.per_pass(batch), napkin, "fit", 1.0, tp)
             ratio = self._ratio_at(tp) or 1.0
-            seconds = max(fit.per_pass(batch), self._calibrated(tp, batch, ratio))
-            return PassPrediction(seconds, napkin, "fit+napkin", ratio, tp)
+            span = fit.batch_max - fit.batch_min
+            covers = (batch >= fit.batch_min - 0.1 * span) & (batch <= fit.batch_max + 0.25 * span)
+            line = fit.intercept_s + fit.slope_s * batch
+            beyond = np.maximum(line, overhead + ratio * (napkin - overhead))
+            return np.where(covers, line, beyond), napkin, "fit", ratio, tp, covers
         source_tp = self._nearest_calibrated_tp(tp)
         if source_tp is not None:
             ratio = self._ratio_at(source_tp) or 1.0
-            return PassPrediction(self._calibrated(tp, batch, ratio), napkin, "calibrated-napkin", ratio, source_tp)
-        return PassPrediction(napkin, napkin, "napkin")
+            return overhead + ratio * (napkin - overhead), napkin, "calibrated-napkin", ratio, source_tp, no_cover
+        return napkin, napkin, "napkin", 1.0, None, no_cover
+
+    def per_pass(self, tp: int, batch: float) -> PassPrediction:
+        seconds, napkin, source, ratio, from_tp, covers = self._per_pass_array(tp, np.array([float(batch)]))
+        if source == "fit" and not covers[0]:
+            source = "fit+napkin"
+        return PassPrediction(float(seconds[0]), float(napkin[0]), source, ratio, from_tp)
 
     def kv_capacity(self, tp: int) -> float:
         observed = self.observed_capacity_tokens.get(tp)
@@ -175,45 +241,56 @@ class PerformanceModel:
         fresh = self.workload.prefill_tokens_for_ttft
         return self.queue_wait_seconds + fresh * concurrency / self.prefill_rate(tp)
 
-    def _aggregate(self, tp: int, concurrency: float) -> float:
-        per_pass = self.per_pass(tp, concurrency).seconds
-        e2e = self.ttft(tp, concurrency) + self.workload.output_tokens * per_pass
-        return concurrency / e2e
+    def _lifecycle(self, tp: int, concurrency: FloatArray, per_pass: FloatArray) -> tuple[FloatArray, FloatArray]:
+        ttft = self.queue_wait_seconds + self.workload.prefill_tokens_for_ttft * concurrency / self.prefill_rate(tp)
+        return ttft, ttft + self.workload.output_tokens * per_pass
 
-    def region(self, tp: int, concurrency: int, cliff: float) -> Region:
-        if concurrency > cliff:
-            return Region.CLIFF
-        lo, hi = max(concurrency - 0.5, 0.5), concurrency + 0.5
-        elasticity = math.log(self._aggregate(tp, hi) / self._aggregate(tp, lo)) / math.log(hi / lo)
-        if elasticity >= CLIMB_ELASTICITY:
-            return Region.CLIMB
-        if elasticity >= BEND_ELASTICITY:
-            return Region.BEND
-        return Region.PLATEAU
+    def grid(self, tp: int, concurrencies: FloatArray) -> LayoutGrid:
+        """Every prediction for one TP over an array of concurrencies."""
+        c = np.asarray(concurrencies, dtype=float)
+        per_pass, napkin, source, ratio, from_tp, covers = self._per_pass_array(tp, c)
+        ttft, e2e = self._lifecycle(tp, c, per_pass)
+        rate = c / e2e
+        output_tps = rate * self.workload.output_tokens
+        processed_tps = rate * self.workload.processed_tokens
+        dollars_per_second = tp * self.price / SECONDS_PER_HOUR
+        with np.errstate(divide="ignore"):
+            cost_processed = dollars_per_second / processed_tps * 1e6
+            cost_output = dollars_per_second / output_tps * 1e6
+        capacity = self.kv_capacity(tp)
+        # Elasticity d ln(aggregate) / d ln(c), by central differences on the same chain.
+        lo, hi = np.maximum(c - 0.5, 0.5), c + 0.5
+        agg = []
+        for probe in (lo, hi):
+            pp, *_ = self._per_pass_array(tp, probe)
+            agg.append(probe / self._lifecycle(tp, probe, pp)[1])
+        elasticity = np.log(agg[1] / agg[0]) / np.log(hi / lo)
+        return LayoutGrid(
+            tp=tp, concurrency=c, per_pass_seconds=per_pass, napkin_seconds=napkin, source=source,
+            calibration_ratio=ratio, calibrated_from_tp=from_tp, fit_covers=covers,
+            ttft_seconds=ttft, e2e_seconds=e2e, request_rate=rate, output_tps=output_tps,
+            processed_tps=processed_tps, cost_per_million_processed=cost_processed,
+            cost_per_million_output=cost_output, kv_capacity_tokens=capacity,
+            kv_working_set_tokens=c * (self.workload.context_tokens + self.workload.resident_prefix_tokens),
+            cliff_concurrency=cliff_concurrency(capacity, self.workload), elasticity=elasticity,
+        )
 
     def predict(self, tp: int, concurrency: int) -> LayoutPrediction:
-        per_pass = self.per_pass(tp, concurrency)
-        ttft = self.ttft(tp, concurrency)
-        e2e = ttft + self.workload.output_tokens * per_pass.seconds
-        request_rate = concurrency / e2e
-        output_tps = request_rate * self.workload.output_tokens
-        processed_tps = request_rate * self.workload.processed_tokens
-        capacity = self.kv_capacity(tp)
-        cliff = cliff_concurrency(capacity, self.workload)
+        g = self.grid(tp, np.array([float(concurrency)]))
         return LayoutPrediction(
             tp=tp,
             concurrency=concurrency,
-            per_pass=per_pass,
-            per_stream_tps=1.0 / per_pass.seconds,
-            ttft_seconds=ttft,
-            e2e_seconds=e2e,
-            request_rate=request_rate,
-            output_tps=output_tps,
-            processed_tps=processed_tps,
-            cost_per_million_processed=cost_per_million(tp, self.price, processed_tps),
-            cost_per_million_output=cost_per_million(tp, self.price, output_tps),
-            kv_capacity_tokens=capacity,
-            kv_working_set_tokens=working_set_tokens(self.workload, concurrency),
-            cliff_concurrency=cliff,
-            region=self.region(tp, concurrency, cliff),
+            per_pass=self.per_pass(tp, concurrency),
+            per_stream_tps=float(g.per_stream_tps[0]),
+            ttft_seconds=float(g.ttft_seconds[0]),
+            e2e_seconds=float(g.e2e_seconds[0]),
+            request_rate=float(g.request_rate[0]),
+            output_tps=float(g.output_tps[0]),
+            processed_tps=float(g.processed_tps[0]),
+            cost_per_million_processed=float(g.cost_per_million_processed[0]),
+            cost_per_million_output=float(g.cost_per_million_output[0]),
+            kv_capacity_tokens=g.kv_capacity_tokens,
+            kv_working_set_tokens=float(g.kv_working_set_tokens[0]),
+            cliff_concurrency=g.cliff_concurrency,
+            region=g.regions()[0],
         )

@@ -10,9 +10,17 @@ The napkin is a sanity check and a prior; the fitted line in fit.py is the predi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from infertune.model.catalog import GpuSpec, ModelProfile
 from infertune.model.kv import kv_bytes_per_token_total
+
+
+# Batch sizes may be one float or an array of them: the planner evaluates a whole grid at once.
+Batch = TypeVar("Batch", float, npt.NDArray[np.float64])
 
 
 @dataclass(frozen=True)
@@ -61,22 +69,32 @@ class PassBytes:
         return self.routed_experts + self.shared_weights + self.kv_reads
 
 
-def unique_experts(routed: int, per_token: int, batch: float) -> float:
+def unique_experts(routed: int, per_token: int, batch: Batch) -> Batch:
     """Distinct experts a batch touches in one layer: E x (1 - (1 - k/E)^B), the occupancy problem."""
-    if routed <= 0 or batch <= 0:
-        return 0.0
-    return float(routed * (1.0 - (1.0 - per_token / routed) ** batch))
+    if routed <= 0:
+        return batch * 0.0
+    result: Batch = routed * (1.0 - (1.0 - per_token / routed) ** batch)
+    return result
+
+
+def pass_total_bytes(model: ModelProfile, batch: Batch, context_tokens: float) -> Batch:
+    """Bytes one decode pass reads across all ranks, B streams each with `context_tokens` of KV."""
+    kv = batch * (context_tokens * kv_bytes_per_token_total(model, context_tokens))
+    if model.moe is None:
+        return kv + model.shared_weight_bytes
+    experts = unique_experts(model.moe.routed_experts, model.moe.experts_per_token, batch)
+    return experts * (model.moe.moe_layers * model.expert_bytes) + kv + model.shared_weight_bytes
 
 
 def pass_bytes(model: ModelProfile, batch: float, context_tokens: float) -> PassBytes:
-    """Bytes one decode pass reads across all ranks, B streams each with `context_tokens` of KV."""
+    """The breakdown of `pass_total_bytes` for one batch size, as seed 000 tabulates it."""
     experts = 0.0
     routed = 0.0
     if model.moe is not None:
         experts = unique_experts(model.moe.routed_experts, model.moe.experts_per_token, batch)
         routed = experts * model.moe.moe_layers * model.expert_bytes
     kv = batch * context_tokens * kv_bytes_per_token_total(model, context_tokens)
-    return PassBytes(routed, model.shared_weight_bytes, kv, experts)
+    return PassBytes(float(routed), model.shared_weight_bytes, float(kv), float(experts))
 
 
 def sync_efficiency(tp: int, a: NapkinAssumptions) -> float:
@@ -112,28 +130,29 @@ def attention_flops_per_token(model: ModelProfile, context_tokens: float) -> flo
 
 
 def compute_seconds(
-    model: ModelProfile, gpu: GpuSpec, tp: int, batch: float, context_tokens: float, a: NapkinAssumptions
-) -> float:
-    flops = batch * (2.0 * model.active_params + attention_flops_per_token(model, context_tokens))
-    return flops / (tp * gpu.peak_flops(model.compute_dtype) * a.mfu_decode)
+    model: ModelProfile, gpu: GpuSpec, tp: int, batch: Batch, context_tokens: float, a: NapkinAssumptions
+) -> Batch:
+    per_token = 2.0 * model.active_params + attention_flops_per_token(model, context_tokens)
+    return batch * (per_token / (tp * gpu.peak_flops(model.compute_dtype) * a.mfu_decode))
 
 
 def memory_seconds(
-    model: ModelProfile, gpu: GpuSpec, tp: int, batch: float, context_tokens: float, a: NapkinAssumptions
-) -> float:
-    return pass_bytes(model, batch, context_tokens).total / effective_bandwidth(model, gpu, tp, a)
+    model: ModelProfile, gpu: GpuSpec, tp: int, batch: Batch, context_tokens: float, a: NapkinAssumptions
+) -> Batch:
+    return pass_total_bytes(model, batch, context_tokens) / effective_bandwidth(model, gpu, tp, a)
 
 
 def napkin_per_pass(
-    model: ModelProfile, gpu: GpuSpec, tp: int, batch: float, context_tokens: float,
+    model: ModelProfile, gpu: GpuSpec, tp: int, batch: Batch, context_tokens: float,
     a: NapkinAssumptions = NapkinAssumptions(),
-) -> float:
+) -> Batch:
     """Seconds for one decode pass by first principles."""
-    work = max(
+    work = np.maximum(
         memory_seconds(model, gpu, tp, batch, context_tokens, a),
         compute_seconds(model, gpu, tp, batch, context_tokens, a),
     )
-    return overhead_seconds(model, gpu, tp, a) + a.overlap * work
+    result = overhead_seconds(model, gpu, tp, a) + a.overlap * work
+    return float(result) if isinstance(batch, float | int) else result
 
 
 def prefill_tokens_per_second(model: ModelProfile, gpu: GpuSpec, tp: int, a: NapkinAssumptions) -> float:

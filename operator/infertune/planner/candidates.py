@@ -1,0 +1,183 @@
+"""Every allowed (TP, concurrency) as one table of arrays, each row judged with a reason.
+
+A row is rejected by the first check it fails, in this order: the weights do not fit, the TP
+group is larger than the pool, the working set crosses the KV headroom line, the per-stream
+SLO is missed, the TTFT SLO is missed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from infertune.model.perf import LayoutGrid, PerformanceModel, Region, classify_region
+from infertune.planner.types import PlanRequest
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Verdict(IntEnum):
+    FEASIBLE = 0
+    WEIGHTS_DO_NOT_FIT = 1
+    EXCEEDS_POOL = 2
+    OVER_KV_HEADROOM = 3
+    STREAM_TPS_BELOW_SLO = 4
+    TTFT_ABOVE_SLO = 5
+
+
+VERDICT_REASON = {
+    Verdict.FEASIBLE: "Feasible",
+    Verdict.WEIGHTS_DO_NOT_FIT: "WeightsDoNotFit",
+    Verdict.EXCEEDS_POOL: "ExceedsPool",
+    Verdict.OVER_KV_HEADROOM: "OverKVHeadroom",
+    Verdict.STREAM_TPS_BELOW_SLO: "StreamTPSBelowSLO",
+    Verdict.TTFT_ABOVE_SLO: "TTFTAboveSLO",
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    tp: int
+    max_num_seqs: int
+    per_stream_tps: float
+    ttft_seconds: float
+    e2e_seconds: float
+    request_rate: float
+    processed_tps: float
+    output_tps: float
+    cost_per_million_tokens: float  # processed tokens, seed 000's measure
+    cost_per_million_output_tokens: float
+    kv_working_set_fraction: float
+    kv_capacity_tokens: float
+    cliff_concurrency: float
+    safe_concurrency: float
+    region: Region
+    pass_source: str
+    feasible: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class CandidateTable:
+    """Column arrays over all rows; `row(i)` materialises one Candidate for display."""
+
+    grids: tuple[LayoutGrid, ...]
+    offsets: tuple[int, ...]
+    tp: npt.NDArray[np.int64]
+    concurrency: FloatArray
+    per_stream_tps: FloatArray
+    ttft_seconds: FloatArray
+    cost: FloatArray
+    kv_fraction: FloatArray
+    headroom_line: float
+    verdict: npt.NDArray[np.int64]
+    # How far each row misses its worst constraint, normalised; 0 for feasible rows.
+    shortfall: FloatArray
+    min_stream_tps: float | None
+    max_ttft_seconds: float | None
+
+    def __len__(self) -> int:
+        return int(self.tp.size)
+
+    def _grid_of(self, i: int) -> tuple[LayoutGrid, int]:
+        k = int(np.searchsorted(self.offsets, i, side="right")) - 1
+        return self.grids[k], i - self.offsets[k]
+
+    def reason(self, i: int) -> str:
+        v = Verdict(int(self.verdict[i]))
+        tps, ttft, frac = float(self.per_stream_tps[i]), float(self.ttft_seconds[i]), float(self.kv_fraction[i])
+        grid, _ = self._grid_of(i)
+        if v is Verdict.FEASIBLE:
+            return "Feasible: meets the SLO below the KV headroom line"
+        if v is Verdict.WEIGHTS_DO_NOT_FIT:
+            return f"WeightsDoNotFit: no HBM left for KV at TP{grid.tp}"
+        if v is Verdict.EXCEEDS_POOL:
+            return f"ExceedsPool: TP{grid.tp} needs more GPUs than the pool has"
+        if v is Verdict.OVER_KV_HEADROOM:
+            return (f"OverKVHeadroom: working set {frac:.0%} of the KV pool crosses the "
+                    f"{self.headroom_line:.0%} line (cliff at c={grid.cliff_concurrency:.1f})")
+        if v is Verdict.STREAM_TPS_BELOW_SLO:
+            return f"StreamTPSBelowSLO: {tps:.1f} tok/s per stream < {self.min_stream_tps:g} tok/s"
+        return f"TTFTAboveSLO: TTFT {ttft:.2f} s > {self.max_ttft_seconds:g} s"
+
+    def row(self, i: int) -> Candidate:
+        grid, j = self._grid_of(i)
+        cliff = grid.cliff_concurrency
+        return Candidate(
+            tp=grid.tp,
+            max_num_seqs=int(grid.concurrency[j]),
+            per_stream_tps=float(grid.per_stream_tps[j]),
+            ttft_seconds=float(grid.ttft_seconds[j]),
+            e2e_seconds=float(grid.e2e_seconds[j]),
+            request_rate=float(grid.request_rate[j]),
+            processed_tps=float(grid.processed_tps[j]),
+            output_tps=float(grid.output_tps[j]),
+            cost_per_million_tokens=float(grid.cost_per_million_processed[j]),
+            cost_per_million_output_tokens=float(grid.cost_per_million_output[j]),
+            kv_working_set_fraction=float(self.kv_fraction[i]),
+            kv_capacity_tokens=grid.kv_capacity_tokens,
+            cliff_concurrency=cliff,
+            safe_concurrency=cliff * self.headroom_line,
+            region=classify_region(float(grid.concurrency[j]), float(grid.elasticity[j]), cliff),
+            pass_source=grid.pass_source(j),
+            feasible=bool(self.verdict[i] == Verdict.FEASIBLE),
+            reason=self.reason(i),
+        )
+
+    def rows(self) -> list[Candidate]:
+        return [self.row(i) for i in range(len(self))]
+
+
+def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
+    concurrencies = np.arange(request.concurrency_min, request.concurrency_max + 1, dtype=float)
+    line = 1.0 - request.kv_headroom
+    grids: list[LayoutGrid] = []
+    offsets: list[int] = []
+    cols: dict[str, list[FloatArray]] = {k: [] for k in ("tp", "c", "tps", "ttft", "cost", "frac", "v", "short")}
+    n = 0
+    for tp in sorted(set(request.tp_sizes)):
+        grid = perf.grid(tp, concurrencies)
+        grids.append(grid)
+        offsets.append(n)
+        n += concurrencies.size
+        tps = grid.per_stream_tps
+        frac = grid.kv_working_set_fraction
+        verdict = np.full(concurrencies.shape, Verdict.FEASIBLE, dtype=np.int64)
+        short = np.zeros(concurrencies.shape)
+        # Checks run from the least to the most fundamental so the most fundamental wins.
+        if request.slo.max_ttft_seconds is not None:
+            miss = grid.ttft_seconds > request.slo.max_ttft_seconds
+            verdict[miss] = Verdict.TTFT_ABOVE_SLO
+            short += np.maximum(grid.ttft_seconds / request.slo.max_ttft_seconds - 1.0, 0.0)
+        if request.slo.min_stream_tps is not None:
+            miss = tps < request.slo.min_stream_tps
+            verdict[miss] = Verdict.STREAM_TPS_BELOW_SLO
+            short += np.maximum(1.0 - tps / request.slo.min_stream_tps, 0.0)
+        over = frac > line
+        verdict[over] = Verdict.OVER_KV_HEADROOM
+        short += np.maximum(frac / line - 1.0, 0.0) if math.isfinite(line) and line > 0 else 0.0
+        if request.pool_gpus is not None and tp > request.pool_gpus:
+            verdict[:] = Verdict.EXCEEDS_POOL
+            short[:] = math.inf
+        if grid.kv_capacity_tokens <= 0:
+            verdict[:] = Verdict.WEIGHTS_DO_NOT_FIT
+            short[:] = math.inf
+        cols["tp"].append(np.full(concurrencies.shape, tp, dtype=float))
+        cols["c"].append(concurrencies)
+        cols["tps"].append(tps)
+        cols["ttft"].append(grid.ttft_seconds)
+        cols["cost"].append(grid.cost_per_million_processed)
+        cols["frac"].append(frac)
+        cols["v"].append(verdict.astype(float))
+        cols["short"].append(short)
+    cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+    return CandidateTable(
+        grids=tuple(grids), offsets=tuple(offsets), tp=cat["tp"].astype(np.int64), concurrency=cat["c"],
+        per_stream_tps=cat["tps"], ttft_seconds=cat["ttft"], cost=cat["cost"], kv_fraction=cat["frac"],
+        headroom_line=line, verdict=cat["v"].astype(np.int64), shortfall=cat["short"],
+        min_stream_tps=request.slo.min_stream_tps, max_ttft_seconds=request.slo.max_ttft_seconds,
+    )

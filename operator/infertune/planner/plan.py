@@ -1,0 +1,155 @@
+"""`plan()`: the cheapest layout that meets the SLO below the KV headroom line, sized for demand.
+
+Pure and deterministic: the same request, observation and `now` always give the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from infertune.api.observation import Observation
+from infertune.model.perf import PerformanceModel
+from infertune.model.workload import Workload
+from infertune.planner.candidates import Candidate, CandidateTable, Verdict, build_table
+from infertune.planner.types import Layout, PlanRequest
+
+
+@dataclass(frozen=True)
+class Plan:
+    feasible: bool
+    reason: str
+    choice: Candidate | None
+    layout: Layout | None
+    table: CandidateTable
+    workload: Workload
+    demand_rps: float | None
+    needed_replicas: int | None  # for the demand, before min/max and the pool clamp it
+    capacity_shortfall_gpus: int
+    closest: Candidate | None  # when infeasible: the candidate that misses by the least
+    decided_at: float
+
+    @property
+    def needed_gpus(self) -> int:
+        if self.choice is None or self.needed_replicas is None:
+            return 0 if self.layout is None else self.layout.gpus
+        return self.needed_replicas * self.choice.tp
+
+    def candidates(self) -> list[Candidate]:
+        return self.table.rows()
+
+
+def effective_workload(base: Workload, observation: Observation | None) -> Workload:
+    """The hint until metrics exist; then the observed request shape, keeping the hint's ratios
+    for what the metrics cannot see (the TTFT-driving median and resident prefixes)."""
+    if observation is None or not observation.available:
+        return base
+    prompt, generated = observation.mean_prompt_tokens, observation.mean_generated_tokens
+    if prompt is None or generated is None or prompt <= 0 or generated <= 0:
+        return base
+    cached = observation.mean_cached_tokens
+    if cached is None:
+        cached = prompt * base.cached_fraction
+    cached = min(max(cached, 0.0), prompt)
+    fresh = prompt - cached
+    median_ratio = (base.ttft_fresh_tokens / base.fresh_tokens) if base.ttft_fresh_tokens and base.fresh_tokens else None
+    return replace(
+        base, fresh_tokens=fresh, cached_tokens=cached, output_tokens=generated,
+        ttft_fresh_tokens=fresh * median_ratio if median_ratio is not None else None,
+    )
+
+
+def observed_demand(request: PlanRequest, observation: Observation | None) -> float | None:
+    if observation is not None and observation.available and observation.arrival_rate is not None:
+        return max(observation.arrival_rate, 0.0)
+    return request.demand_rps
+
+
+def _replica_bounds(request: PlanRequest, tp: np.ndarray) -> np.ndarray:
+    upper = np.full(tp.shape, request.replicas_max, dtype=np.int64)
+    if request.pool_gpus is not None:
+        upper = np.minimum(upper, request.pool_gpus // tp)
+    return upper
+
+
+def plan(request: PlanRequest, observation: Observation | None, now: float) -> Plan:
+    workload = effective_workload(request.workload, observation)
+    perf = PerformanceModel(
+        model=request.model, gpu=request.gpu, workload=workload, napkin=request.napkin,
+        capacity=request.capacity, fits=request.fits, measured_points=request.measured_points,
+        observed_capacity_tokens=request.observed_capacity_tokens, price_per_gpu_hour=request.price_per_gpu_hour,
+    )
+    table = build_table(request, perf)
+    demand = observed_demand(request, observation)
+    feasible = np.flatnonzero(table.verdict == Verdict.FEASIBLE)
+    if feasible.size == 0:
+        return _infeasible(request, table, workload, demand, now)
+
+    tp = table.tp[feasible]
+    rate = _rates(table, feasible)
+    upper = _replica_bounds(request, tp)
+    if demand is not None and demand > 0:
+        needed = np.ceil(demand * (1.0 + request.demand_headroom) / rate).astype(np.int64)
+    else:
+        needed = np.zeros(tp.shape, dtype=np.int64)
+    needed = np.maximum(needed, request.replicas_min)
+    serves = needed <= upper
+    replicas = np.minimum(needed, np.maximum(upper, 0))
+    fleet = replicas * tp
+    cost = table.cost[feasible]
+    tps = table.per_stream_tps[feasible]
+    served = replicas * rate
+    # Rank: can serve the demand, then fewest GPUs, then $/token, then faster streams, then smaller TP.
+    if serves.any():
+        order = np.lexsort((tp, -tps, cost, fleet, ~serves))
+    else:
+        order = np.lexsort((tp, -tps, cost, -served))
+    best = int(order[0])
+    row = int(feasible[best])
+    choice = table.row(row)
+    chosen_replicas = max(int(replicas[best]), 0)
+    shortfall = max(int(needed[best]) - chosen_replicas, 0) * choice.tp
+    layout = Layout(choice.tp, choice.max_num_seqs, chosen_replicas) if chosen_replicas > 0 else None
+    reason = _why(choice, chosen_replicas, demand, shortfall, int(feasible.size), len(table))
+    return Plan(
+        feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
+        demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
+        closest=None, decided_at=now,
+    )
+
+
+def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
+    rates: np.ndarray = np.concatenate([g.request_rate for g in table.grids])[rows]
+    return rates
+
+
+def _why(choice: Candidate, replicas: int, demand: float | None, shortfall: int, feasible: int, total: int) -> str:
+    demand_text = (f"{replicas} replica(s) for {demand:.2f} req/s" if demand is not None
+                   else f"{replicas} replica(s) (no demand figure yet)")
+    text = (f"TP{choice.tp} max-num-seqs {choice.max_num_seqs}: ${choice.cost_per_million_tokens:.3f}/M tokens, "
+            f"{choice.per_stream_tps:.1f} tok/s per stream, TTFT {choice.ttft_seconds:.2f} s, "
+            f"KV working set {choice.kv_working_set_fraction:.0%} ({choice.region.value}); "
+            f"cheapest of {feasible} feasible of {total} candidates; {demand_text}")
+    if shortfall:
+        text += f"; the pool is {shortfall} GPU(s) short of the demand"
+    return text
+
+
+def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload, demand: float | None,
+                now: float) -> Plan:
+    closest = None
+    if len(table):
+        i = int(np.lexsort((table.tp, table.shortfall))[0])
+        closest = table.row(i)
+    reason = "NoFeasibleLayout: no candidate meets the SLO below the KV headroom line"
+    if closest is not None and math.isfinite(float(table.shortfall.min())):
+        reason += (f"; closest is TP{closest.tp} max-num-seqs {closest.max_num_seqs}, which misses by "
+                   f"{closest.reason}")
+    elif closest is not None:
+        reason += f"; {closest.reason}"
+    return Plan(
+        feasible=False, reason=reason, choice=None, layout=None, table=table, workload=workload,
+        demand_rps=demand, needed_replicas=None, capacity_shortfall_gpus=0, closest=closest, decided_at=now,
+    )

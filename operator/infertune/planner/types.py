@@ -1,0 +1,99 @@
+"""The planner's inputs and outputs: frozen dataclasses, no behaviour beyond small derivations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from infertune.model.catalog import GpuSpec, ModelProfile
+from infertune.model.fit import LinearFit
+from infertune.model.kv import CapacityAssumptions
+from infertune.model.roofline import NapkinAssumptions
+from infertune.model.workload import Workload
+
+
+@dataclass(frozen=True)
+class SloTarget:
+    """Per-stream decode speed and TTFT are separate SLAs (seed 002): never one number."""
+
+    min_stream_tps: float | None = None
+    max_ttft_seconds: float | None = None
+    ttft_percentile: int = 95
+
+
+@dataclass(frozen=True)
+class Guardrails:
+    scale_up_cooldown_s: float = 60.0
+    scale_down_cooldown_s: float = 300.0
+    relayout_cooldown_s: float = 1800.0
+    # Scale down only to the highest replica count recommended within this window (HPA's rule).
+    scale_down_stabilization_s: float = 300.0
+    max_step_replicas: int = 4
+    # Ignore replica changes smaller than this fraction of the current count (and < 1 replica).
+    hysteresis: float = 0.10
+    # A re-layout must save more over this horizon than the restart costs.
+    relayout_horizon_s: float = 3600.0
+    model_load_seconds: float = 600.0
+    # Older metrics than this hold every decision.
+    stale_after_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelProfile
+    gpu: GpuSpec
+    workload: Workload
+    slo: SloTarget
+    tp_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    concurrency_min: int = 1
+    concurrency_max: int = 256
+    replicas_min: int = 1
+    replicas_max: int = 64
+    pool_gpus: int | None = None
+    kv_headroom: float = 0.10
+    price_per_gpu_hour: float | None = None
+    # Requests/s to serve; the observation's arrival rate replaces it once metrics exist.
+    demand_rps: float | None = None
+    # Keep this fraction of capacity spare when sizing replicas.
+    demand_headroom: float = 0.15
+    guardrails: Guardrails = Guardrails()
+    napkin: NapkinAssumptions = NapkinAssumptions()
+    capacity: CapacityAssumptions = CapacityAssumptions()
+    fits: Mapping[int, LinearFit] = field(default_factory=dict)
+    measured_points: Mapping[int, tuple[float, float]] = field(default_factory=dict)
+    observed_capacity_tokens: Mapping[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Layout:
+    tensor_parallel_size: int
+    max_num_seqs: int
+    replicas: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel_size * self.replicas
+
+    def same_shape(self, other: Layout) -> bool:
+        return (self.tensor_parallel_size, self.max_num_seqs) == (other.tensor_parallel_size, other.max_num_seqs)
+
+
+class Action(StrEnum):
+    NONE = "None"
+    HOLD = "Hold"
+    SCALE_UP = "ScaleUp"
+    SCALE_DOWN = "ScaleDown"
+    RELAYOUT = "Relayout"
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    """What the guardrails remember between cycles; persisted in the resource's status."""
+
+    applied: Layout | None = None
+    last_scale_up_at: float | None = None
+    last_scale_down_at: float | None = None
+    last_relayout_at: float | None = None
+    # (time, replicas) of recent recommendations, for scale-down stabilisation.
+    recent_recommendations: tuple[tuple[float, int], ...] = ()
