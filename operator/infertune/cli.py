@@ -13,6 +13,7 @@ from infertune import __version__
 COMMAND_MODULES: tuple[str, ...] = (
     "infertune.commands.plan",
     "infertune.commands.fit",
+    "infertune.commands.crds",
 )
 
 

@@ -1,0 +1,187 @@
+"""From a resource to the planner's question: the effective spec (policy merged), the resolved model
+and GPU profiles, and a PlanRequest. Pure; the ConfigMap's text is fetched by the caller.
+
+It lives above the planner (not in api/) because it builds planner types, and the layers only import
+downward.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+from infertune.api.policy import ServingPolicySpec, apply_policy
+from infertune.api.quantities import parse_decimal, parse_duration
+from infertune.api.spec import Architecture, InferenceDeploymentSpec
+from infertune.model import (
+    CatalogError,
+    GpuSpec,
+    ModelProfile,
+    MoeSpec,
+    Workload,
+    gpu_names,
+    load_gpu,
+    load_model,
+    profile_from_hf_config,
+    workload_preset,
+)
+from infertune.model.catalog import validate_profile
+from infertune.planner.types import Guardrails, PlanRequest, SloTarget
+
+DEFAULT_TP_SIZES = (1, 2, 4, 8)
+DEFAULT_KV_HEADROOM_PERCENT = 10
+
+
+class SpecError(ValueError):
+    """A spec that cannot be acted on; the message starts with the field path."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Everything a cycle needs from the spec, decided once per spec change."""
+
+    spec: InferenceDeploymentSpec  # effective: policy merged
+    model: ModelProfile
+    gpu: GpuSpec
+    request: PlanRequest
+
+
+def _from_architecture(name: str, a: Architecture) -> ModelProfile:
+    moe = None
+    if a.routed_experts:
+        if not (a.experts_per_token and a.expert_params):
+            raise SpecError("spec.model.architecture: MoE needs expertsPerToken and expertParams")
+        moe = MoeSpec(a.routed_experts, a.experts_per_token, a.moe_layers or a.layers, float(a.expert_params),
+                      a.shared_experts)
+    profile = ModelProfile(
+        name=name, layers=a.layers, hidden_size=a.hidden_size, attention_heads=a.attention_heads,
+        attention="mla" if a.attention == "MLA" else "gqa", ffn_width=a.ffn_width,
+        total_params=float(a.total_params), active_params=float(a.active_params),
+        weight_bytes_per_param=a.weight_bits / 8, kv_bytes_per_element=a.kv_cache_bits / 8,
+        kv_heads=a.kv_heads or 0, head_dim=a.head_dim or 0, kv_lora_rank=a.kv_lora_rank or 0,
+        rope_head_dim=a.rope_head_dim or 0, moe=moe,
+    )
+    try:
+        validate_profile(profile)
+    except CatalogError as exc:
+        raise SpecError(f"spec.model.architecture: {exc}") from None
+    return profile
+
+
+def resolve_model(spec: InferenceDeploymentSpec, config_json: str | None = None) -> ModelProfile:
+    source = spec.model
+    if source.profile is not None:
+        try:
+            return load_model(source.profile)
+        except CatalogError as exc:
+            raise SpecError(f"spec.model.profile: {exc}") from None
+    if source.architecture is not None:
+        return _from_architecture(source.weights, source.architecture)
+    ref = source.config_map_ref
+    assert ref is not None  # the model validator guarantees exactly one source
+    where = f"spec.model.configMapRef (ConfigMap {ref.name}, key {ref.key})"
+    if config_json is None:
+        raise SpecError(f"{where}: not found")
+    try:
+        raw = json.loads(config_json)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where}: malformed config.json: {exc.msg} at line {exc.lineno}") from None
+    try:
+        return profile_from_hf_config(raw, source.weights)
+    except CatalogError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def resolve_gpu(spec: InferenceDeploymentSpec) -> GpuSpec:
+    try:
+        gpu = load_gpu(spec.hardware.gpu)
+    except CatalogError:
+        raise SpecError(f"spec.hardware.gpu: unknown GPU {spec.hardware.gpu!r}; known: "
+                        + ", ".join(gpu_names())) from None
+    if spec.hardware.gpus_per_node is not None:
+        gpu = replace(gpu, gpus_per_node=spec.hardware.gpus_per_node)
+    return gpu
+
+
+def _workload(spec: InferenceDeploymentSpec) -> Workload:
+    hints = spec.workload
+    base = workload_preset(hints.preset if hints and hints.preset else "chat")
+    if hints is None:
+        return base
+    given = (("fresh_tokens", hints.fresh_tokens), ("cached_tokens", hints.cached_tokens),
+             ("output_tokens", hints.output_tokens))
+    changes = {k: float(v) for k, v in given if v is not None}
+    if "fresh_tokens" in changes:
+        changes["ttft_fresh_tokens"] = changes["fresh_tokens"]
+    return replace(base, **changes)
+
+
+def _seconds(value: str | None, field: str, default: float) -> float:
+    return default if value is None else parse_duration(value, field)
+
+
+def _guardrails(spec: InferenceDeploymentSpec) -> Guardrails:
+    t, base = spec.tuning, Guardrails()
+    c = t.cooldowns
+    return Guardrails(
+        scale_up_cooldown_s=_seconds(c.scale_up if c else None, "spec.tuning.cooldowns.scaleUp",
+                                     base.scale_up_cooldown_s),
+        scale_down_cooldown_s=_seconds(c.scale_down if c else None, "spec.tuning.cooldowns.scaleDown",
+                                       base.scale_down_cooldown_s),
+        relayout_cooldown_s=_seconds(c.relayout if c else None, "spec.tuning.cooldowns.relayout",
+                                     base.relayout_cooldown_s),
+        scale_down_stabilization_s=_seconds(c.scale_down_stabilization if c else None,
+                                            "spec.tuning.cooldowns.scaleDownStabilization",
+                                            base.scale_down_stabilization_s),
+        max_step_replicas=t.max_replica_step or base.max_step_replicas,
+        hysteresis=base.hysteresis if t.hysteresis_percent is None else t.hysteresis_percent / 100,
+        model_load_seconds=float(spec.engine.startup_seconds),
+        stale_after_s=_seconds(t.stale_after, "spec.tuning.staleAfter", base.stale_after_s),
+    )
+
+
+def _slo(spec: InferenceDeploymentSpec) -> SloTarget:
+    slo = spec.slo
+    if slo is None:
+        return SloTarget()
+    ttft, floor = slo.ttft, slo.min_stream_tokens_per_second
+    return SloTarget(
+        min_stream_tps=None if floor is None else float(floor),
+        max_ttft_seconds=parse_duration(ttft.limit, "spec.slo.ttft.limit") if ttft and ttft.limit else None,
+        ttft_percentile=ttft.percentile if ttft and ttft.percentile else 95,
+    )
+
+
+def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSpec) -> PlanRequest:
+    t = spec.tuning
+    tp_sizes = tuple(sorted(set(t.tensor_parallel_sizes or DEFAULT_TP_SIZES)))
+    conc, reps = t.concurrency, t.replicas
+    hw = spec.hardware
+    demand = spec.workload.expected_requests_per_second if spec.workload else None
+    headroom = DEFAULT_KV_HEADROOM_PERCENT if t.kv_headroom_percent is None else t.kv_headroom_percent
+    return PlanRequest(
+        model=model, gpu=gpu, workload=_workload(spec), slo=_slo(spec), tp_sizes=tp_sizes,
+        concurrency_min=(conc.min if conc and conc.min else 1),
+        concurrency_max=(conc.max if conc and conc.max else 256),
+        replicas_min=(reps.min if reps and reps.min is not None else 1),
+        replicas_max=(reps.max if reps and reps.max else 64),
+        pool_gpus=hw.pool_gpus,
+        kv_headroom=headroom / 100,
+        price_per_gpu_hour=None if hw.price_per_gpu_hour is None else parse_decimal(
+            hw.price_per_gpu_hour, "spec.hardware.pricePerGpuHour"),
+        demand_rps=None if demand is None else parse_decimal(
+            demand, "spec.workload.expectedRequestsPerSecond"),
+        guardrails=_guardrails(spec),
+    )
+
+
+def resolve(spec: InferenceDeploymentSpec, policy: ServingPolicySpec | None = None,
+            config_json: str | None = None) -> Resolved:
+    """The effective spec and the planner's request; SpecError names the field that blocks it."""
+    try:
+        effective = apply_policy(spec, policy)
+    except ValueError as exc:
+        name = spec.policy_ref.name if spec.policy_ref else ""
+        raise SpecError(f"spec: does not combine with ServingPolicy {name}: {exc}") from None
+    model, gpu = resolve_model(effective, config_json), resolve_gpu(effective)
+    return Resolved(effective, model, gpu, build_request(effective, model, gpu))

@@ -1,0 +1,137 @@
+"""CustomResourceDefinitions generated from the pydantic models: structural OpenAPI v3 schemas with
+the models' CEL rules, defaults, printer columns and the status and scale subresources.
+
+Pure: catalog names (for the GPU enum) are passed in, because api/ sits below the model catalog.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from infertune.api.policy import POLICY_KIND, POLICY_PLURAL, ServingPolicySpec
+from infertune.api.spec import GROUP, KIND, PLURAL, VERSION, InferenceDeploymentSpec
+from infertune.api.status import InferenceDeploymentStatus
+
+Schema = dict[str, Any]
+# Keys pydantic emits that a structural CRD schema must not carry.
+_DROP = {"title", "additionalProperties_false", "$defs"}
+
+
+def _resolve(node: Any, defs: dict[str, Schema]) -> Any:
+    if isinstance(node, list):
+        return [_resolve(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]])
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        return _resolve({**target, **extra}, defs)
+    if "anyOf" in node:
+        # Optional[X] is `anyOf: [X, null]`; structural schemas express optional by omission.
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        if len(options) == 1:
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            return _resolve({**options[0], **rest}, defs)
+    out: Schema = {}
+    for key, value in node.items():
+        if key in _DROP or (key == "default" and value is None):
+            continue
+        if key == "additionalProperties" and value is False:
+            continue
+        out[key] = _resolve(value, defs)
+    return out
+
+
+def _object_defaults(schema: Schema) -> Schema:
+    """Gives optional object fields whose members have defaults `default: {}`, so the API server
+    fills nested defaults in even when the user omits the whole block."""
+    props = schema.get("properties", {})
+    required = set(schema.get("required", ()))
+    for name, prop in props.items():
+        _object_defaults(prop)
+        if prop.get("type") == "array" and isinstance(prop.get("items"), dict):
+            _object_defaults(prop["items"])
+        if (prop.get("type") == "object" and name not in required and "default" not in prop
+                and not prop.get("required")
+                and any("default" in p for p in prop.get("properties", {}).values())):
+            prop["default"] = {}
+    return schema
+
+
+def model_schema(model: type[BaseModel]) -> Schema:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.get("$defs", {})
+    return _object_defaults(_resolve(raw, defs))
+
+
+def _columns() -> list[Schema]:
+    return [
+        {"name": "Mode", "type": "string", "jsonPath": ".spec.tuning.mode", "priority": 1},
+        {"name": "TP", "type": "integer", "jsonPath": ".status.applied.tensorParallelSize"},
+        {"name": "MaxSeqs", "type": "integer", "jsonPath": ".status.applied.maxNumSeqs"},
+        {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
+        {"name": "KV%", "type": "integer", "jsonPath": ".status.observed.kvUsagePercent"},
+        {"name": "TPS/Stream", "type": "number", "jsonPath": ".status.observed.streamTokensPerSecond"},
+        {"name": "TTFT", "type": "number", "jsonPath": ".status.observed.ttftSeconds",
+         "description": "Observed TTFT in seconds at the SLO's percentile"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+
+
+def _crd(kind: str, plural: str, short: str, scope: str, spec: Schema, status: Schema | None,
+         columns: list[Schema], subresources: Schema) -> Schema:
+    properties: Schema = {"spec": spec}
+    if status is not None:
+        properties["status"] = status
+    version: Schema = {
+        "name": VERSION, "served": True, "storage": True,
+        "schema": {"openAPIV3Schema": {"type": "object", "required": ["spec"], "properties": properties}},
+        "additionalPrinterColumns": columns,
+    }
+    if subresources:
+        version["subresources"] = subresources
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP, "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "shortNames": [short],
+                      "listKind": f"{kind}List", "categories": ["infertune"]},
+            "versions": [version],
+        },
+    }
+
+
+def inference_deployment_crd(gpu_names: Sequence[str] = ()) -> Schema:
+    spec = model_schema(InferenceDeploymentSpec)
+    if gpu_names:
+        spec["properties"]["hardware"]["properties"]["gpu"]["enum"] = sorted(gpu_names)
+    status = model_schema(InferenceDeploymentStatus)
+    subresources = {"status": {}, "scale": {
+        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}}
+    return _crd(KIND, PLURAL, "infd", "Namespaced", spec, status, _columns(), subresources)
+
+
+def serving_policy_crd() -> Schema:
+    columns = [
+        {"name": "TPS/Stream", "type": "integer", "jsonPath": ".spec.slo.minStreamTokensPerSecond"},
+        {"name": "TTFT", "type": "string", "jsonPath": ".spec.slo.ttft.limit"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return _crd(POLICY_KIND, POLICY_PLURAL, "svpol", "Cluster", model_schema(ServingPolicySpec), None,
+                columns, {})
+
+
+def all_crds(gpu_names: Sequence[str] = ()) -> dict[str, Schema]:
+    """File name -> CRD document, as `infertune crds` writes them."""
+    return {
+        f"{GROUP}_{PLURAL}.yaml": inference_deployment_crd(gpu_names),
+        f"{GROUP}_{POLICY_PLURAL}.yaml": serving_policy_crd(),
+    }

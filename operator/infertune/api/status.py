@@ -1,0 +1,100 @@
+"""The InferenceDeployment status as pydantic models. Status may carry decimals (they are
+observations, not intent); the spec may not."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from infertune.api.spec import ApiModel
+
+
+class ConditionStatus(ApiModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class AppliedLayout(ApiModel):
+    tensor_parallel_size: int
+    max_num_seqs: int
+    replicas: int
+    workload_kind: Literal["Deployment", "LeaderWorkerSet"] = "Deployment"
+    input_hash: str = ""
+    applied_at: str = ""
+
+
+class Predictions(ApiModel):
+    stream_tokens_per_second: float | None = None
+    ttft_seconds: float | None = None
+    kv_working_set_percent: int | None = None
+    cliff_concurrency: float | None = None
+    cost_per_million_tokens: float | None = None
+    region: str | None = None
+
+
+class Recommendation(ApiModel):
+    tensor_parallel_size: int | None = None
+    max_num_seqs: int | None = None
+    replicas: int | None = None
+    feasible: bool = False
+    reason: str = ""
+    message: str = ""
+    predictions: Predictions = Field(default_factory=Predictions)
+    needed_gpus: int | None = None
+    capacity_shortfall_gpus: int | None = None
+
+
+class ObservedFigures(ApiModel):
+    metrics_available: bool = False
+    kv_usage_percent: int | None = None
+    ttft_seconds: float | None = Field(default=None, description="At the SLO's percentile.")
+    stream_tokens_per_second: float | None = None
+    running: float | None = None
+    waiting: float | None = None
+    requests_per_second: float | None = None
+    sample_time: str | None = None
+
+
+class FittedModel(ApiModel):
+    tensor_parallel_size: int
+    intercept_ms: float
+    slope_ms: float
+    r2: float
+    samples: int
+
+
+class DecisionRecord(ApiModel):
+    time: str
+    action: str
+    reason: str
+    message: str = ""
+
+
+class GuardrailMemory(ApiModel):
+    """The planner's guardrail state between cycles (Unix seconds), so a restart keeps cooldowns."""
+
+    last_scale_up_at: float | None = None
+    last_scale_down_at: float | None = None
+    last_relayout_at: float | None = None
+    recent_recommendations: list[list[float]] = Field(default_factory=list)
+
+
+class InferenceDeploymentStatus(ApiModel):
+    observed_generation: int | None = None
+    conditions: list[ConditionStatus] = Field(default_factory=list)
+    replicas: int | None = Field(default=None, description="Replicas applied (scale subresource).")
+    selector: str | None = Field(default=None, description="Label selector of the pods (scale subresource).")
+    applied: AppliedLayout | None = None
+    recommendation: Recommendation | None = None
+    observed: ObservedFigures | None = None
+    fit: FittedModel | None = None
+    decisions: list[DecisionRecord] = Field(default_factory=list, max_length=10)
+    guardrails: GuardrailMemory | None = None
+
+
+MAX_DECISIONS = 5

@@ -1,0 +1,124 @@
+"""The spec models as the operator reads them: one-line errors naming the field, the policy merge in
+which a resource's own fields win, and the translation into the planner's request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infertune.actuate.request import SpecError, resolve
+from infertune.api.conditions import Condition, ConditionUpdate, initial_conditions, merge_conditions
+from infertune.api.policy import apply_policy, parse_policy
+from infertune.api.quantities import format_duration, parse_decimal, parse_duration
+from infertune.api.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(path: str) -> dict[str, Any]:
+    return yaml.safe_load((ROOT / path).read_text())
+
+
+def _spec(**changes: Any) -> dict[str, Any]:
+    spec = _load("examples/kimi-k2.6-b200.yaml")["spec"]
+    spec.update(changes)
+    return spec
+
+
+@pytest.mark.parametrize(("raw", "field"), [
+    ({"tuning": {"concurrency": {"min": 9, "max": 2}}}, "spec.tuning.concurrency"),
+    ({"tuning": {"tensorParallelSizes": [4, 3]}}, "spec.tuning.tensorParallelSizes[1]"),
+    ({"tuning": {"mode": "Automatic"}}, "spec.tuning.mode"),
+    ({"engine": {"extraArgs": ["--trust-remote-code", "--max-num-seqs=9"]}}, "spec.engine.extraArgs[1]"),
+    ({"hardware": {"pricePerGpuHour": "six"}}, "spec.hardware.pricePerGpuHour"),
+    ({"tuning": {"interval": 30}}, "spec.tuning.interval"),
+    ({"tunning": {}}, "spec.tunning"),
+])
+def test_bad_fields_are_named_in_one_line(raw: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_spec({**_spec(), **raw})
+    message = str(info.value)
+    assert message.startswith(field), message
+    assert "\n" not in message
+
+
+def test_missing_model_source_is_named() -> None:
+    with pytest.raises(ValueError, match=r"^spec.model: exactly one of"):
+        parse_spec({"model": {"weights": "x"}})
+
+
+def test_the_resource_overrides_its_policy_field_by_field() -> None:
+    policy = parse_policy(_load("policies/chat.yaml")["spec"])
+    spec = parse_spec(_load("examples/llama-3.3-70b-h200.yaml")["spec"])
+    merged = apply_policy(spec, policy)
+    assert merged.slo is not None and merged.slo.ttft is not None
+    assert merged.slo.ttft.limit == "800ms"  # the resource's own
+    assert merged.slo.ttft.percentile == 95  # inherited
+    assert merged.slo.min_stream_tokens_per_second == 30  # inherited
+    assert merged.tuning.kv_headroom_percent == 15
+    assert merged.tuning.mode == "Recommend"
+
+
+def test_resolve_builds_the_planner_request() -> None:
+    policy = parse_policy(_load("policies/coding-agent.yaml")["spec"])
+    resolved = resolve(parse_spec(_spec()), policy)
+    req = resolved.request
+    assert resolved.model.name == "kimi-k2.6" and resolved.gpu.name == "b200"
+    assert req.slo.min_stream_tps == 25 and req.slo.max_ttft_seconds == 3.0
+    assert req.tp_sizes == (4, 8) and (req.concurrency_min, req.concurrency_max) == (4, 64)
+    assert req.price_per_gpu_hour == 6.0 and req.pool_gpus == 32 and req.kv_headroom == 0.10
+    assert req.guardrails.relayout_cooldown_s == 1800 and req.guardrails.model_load_seconds == 900
+    assert req.workload.cached_tokens == 71_000
+
+
+def test_an_unknown_gpu_is_a_spec_error_naming_the_field() -> None:
+    with pytest.raises(SpecError, match=r"^spec.hardware.gpu: unknown GPU 'a100'"):
+        resolve(parse_spec(_spec(hardware={"gpu": "a100"})))
+
+
+def test_a_malformed_config_json_is_a_spec_error() -> None:
+    spec = parse_spec(_spec(model={"weights": "org/m", "configMapRef": {"name": "m-config"}}))
+    with pytest.raises(SpecError, match=r"^spec.model.configMapRef .*malformed config.json"):
+        resolve(spec, config_json='{"num_hidden_layers": 4,')
+    with pytest.raises(SpecError, match=r"^spec.model.configMapRef .*hidden_size"):
+        resolve(spec, config_json='{"num_hidden_layers": 4}')
+
+
+def test_a_config_json_from_a_configmap_resolves() -> None:
+    cfg = ('{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,'
+           ' "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,'
+           ' "torch_dtype": "bfloat16"}')
+    spec = parse_spec(_spec(model={"weights": "org/m", "configMapRef": {"name": "m-config"}}))
+    model = resolve(spec, config_json=cfg).model
+    assert model.layers == 32 and model.kv_heads == 8
+
+
+def test_inline_architecture_resolves() -> None:
+    arch = {"layers": 80, "hiddenSize": 8192, "attentionHeads": 64, "kvHeads": 8, "headDim": 128,
+            "ffnWidth": 28672, "totalParams": 70_600_000_000, "activeParams": 70_600_000_000}
+    model = resolve(parse_spec(_spec(model={"weights": "org/m", "architecture": arch}))).model
+    assert model.attention == "gqa" and model.weight_bytes_per_param == 2.0
+
+
+def test_durations_and_decimals() -> None:
+    assert parse_duration("1h30m") == 5400 and parse_duration("1500ms") == 1.5
+    assert parse_decimal("5.50") == 5.5
+    assert format_duration(1800) == "30m" and format_duration(0.25) == "250ms"
+    with pytest.raises(ValueError, match=r"spec\.x"):
+        parse_duration("soon", "spec.x")
+
+
+def test_conditions_keep_transition_time_unless_status_flips() -> None:
+    start = initial_conditions("t0", 1)
+    assert {c.type for c in start} == {"Ready", "SLOMet", "CacheHeadroom", "MetricsAvailable", "Progressing"}
+    assert all(c.status == "Unknown" for c in start)
+    unchanged = ConditionUpdate("Ready", "Unknown", "FirstVisit", "not evaluated yet")
+    same = merge_conditions(start, [unchanged], "t1", 1)
+    assert same == start
+    flipped = merge_conditions(start, [ConditionUpdate("Ready", "True", "Stable")], "t2", 2)
+    ready = next(c for c in flipped if c.type == "Ready")
+    assert ready.last_transition_time == "t2" and ready.observed_generation == 2
+    assert Condition.from_wire(ready.wire()) == ready
