@@ -31,14 +31,20 @@ lint: $(STAMP)
 test: deps lint
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
+# Until the closed-loop demo lands: plan seed 000's example and write its plot.
 demo: deps
-	$(BIN)/infertune demo --report-dir demo-report
+	mkdir -p demo-report
+	$(BIN)/infertune plan --model kimi-k2.6 --gpu b200 --tp 4,8,16 --workload coding-agent \
+	  --min-stream-tps 25 --max-ttft 3 --fit 5.2,1.65 --demand-rps 2 --pool-gpus 64 \
+	  --plot demo-report/plan.png | tee demo-report/plan.txt
+	@echo "report: demo-report/plan.txt, plot: demo-report/plan.png"
 
 bench: deps
 	$(BIN)/python -m bench
 
 crds: $(STAMP)
 	$(BIN)/infertune crds --out crds
+	mkdir -p charts/infertune/files/crds && cp crds/*.yaml charts/infertune/files/crds/
 
 clean:
 	rm -rf $(VENV) demo-report .mypy_cache .ruff_cache

@@ -48,7 +48,11 @@ def fit_per_pass(
     """Fits the per-pass line. Raises FitError when the samples cannot support one."""
     x = np.asarray(batches, dtype=float)
     y = np.asarray(seconds, dtype=float)
-    w0 = np.ones_like(x) if weights is None else np.asarray(weights, dtype=float)
+    if x.shape != y.shape:
+        raise FitError("batches and seconds must have the same length")
+    # Timing noise scales with the pass (a relative error), so by default each sample weighs
+    # 1/y^2: otherwise the large-batch samples drown the intercept.
+    w0 = 1.0 / np.square(y) if weights is None else np.asarray(weights, dtype=float)
     if x.shape != y.shape or x.shape != w0.shape:
         raise FitError("batches, seconds and weights must have the same length")
     keep = np.isfinite(x) & np.isfinite(y) & np.isfinite(w0) & (x > 0) & (y > 0) & (w0 > 0)

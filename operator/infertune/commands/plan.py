@@ -1,0 +1,159 @@
+"""`infertune plan`: every candidate layout with its predictions and verdict, and the choice."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from infertune.cli import UserError
+from infertune.commands._inputs import parse_int_list, read_samples, resolve_model
+from infertune.model import FitError, LinearFit, Workload, fit_per_pass, load_gpu, workload_preset
+from infertune.planner import Candidate, Plan, PlanRequest, SloTarget, plan
+
+SHOWN_CONCURRENCY = {1, 2, 4, 8, 12, 16, 24, 32, 36, 40, 48, 64, 96, 128, 192, 256}
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("plan", help="choose TP, max concurrency and replicas for an SLA")
+    p.add_argument("-f", "--filename", help="an InferenceDeployment YAML instead of the flags below")
+    p.add_argument("--model", default="kimi-k2.6", help="catalog name or a Hugging Face config.json")
+    p.add_argument("--gpu", default="b200")
+    p.add_argument("--tp", default="1,2,4,8", help="allowed tensor-parallel sizes")
+    p.add_argument("--workload", default="coding-agent", help="coding-agent, chat or batch")
+    p.add_argument("--prompt-tokens", type=float, help="mean prompt tokens (overrides --workload)")
+    p.add_argument("--cached-fraction", type=float, default=0.0, help="share of the prompt served from cache")
+    p.add_argument("--output-tokens", type=float, help="mean generated tokens")
+    p.add_argument("--min-stream-tps", type=float, help="SLO: minimum decode tok/s per stream")
+    p.add_argument("--max-ttft", type=float, help="SLO: maximum TTFT in seconds")
+    p.add_argument("--demand-rps", type=float, help="requests per second to size replicas for")
+    p.add_argument("--price-per-gpu-hour", type=float)
+    p.add_argument("--pool-gpus", type=int, help="GPUs in the node pool")
+    p.add_argument("--max-concurrency", type=int, default=64)
+    p.add_argument("--kv-headroom", type=float, default=0.10, help="fraction of the KV pool kept free")
+    p.add_argument("--fit", help="measured line INTERCEPT_MS,SLOPE_MS for --fit-tp (seed 000: 5.2,1.65)")
+    p.add_argument("--samples", help="CSV batch,per_pass_ms[,context_tokens] measured at --fit-tp")
+    p.add_argument("--fit-tp", type=int, default=8, help="the TP the fit or samples were measured at")
+    p.add_argument("--all", action="store_true", help="show every candidate, not a sample of them")
+    p.add_argument("--plot", help="write a PNG of the curve with the regions, the cliff and the choice")
+    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.set_defaults(func=run)
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    if args.prompt_tokens is None and args.output_tokens is None:
+        return workload_preset(args.workload)
+    if args.prompt_tokens is None or args.output_tokens is None:
+        raise UserError("--prompt-tokens and --output-tokens go together")
+    if args.prompt_tokens <= 0 or args.output_tokens <= 0:
+        raise UserError("--prompt-tokens and --output-tokens must be positive")
+    if not 0.0 <= args.cached_fraction < 1.0:
+        raise UserError("--cached-fraction must be in [0, 1)")
+    cached = args.prompt_tokens * args.cached_fraction
+    return Workload(args.prompt_tokens - cached, cached, args.output_tokens)
+
+
+def _fits(args: argparse.Namespace) -> dict[int, LinearFit]:
+    if args.fit and args.samples:
+        raise UserError("give --fit or --samples, not both")
+    if args.fit:
+        try:
+            a_ms, b_ms = (float(v) for v in args.fit.split(","))
+        except ValueError:
+            raise UserError(f"--fit: expected INTERCEPT_MS,SLOPE_MS, got {args.fit!r}") from None
+        if a_ms <= 0 or b_ms < 0:
+            raise UserError("--fit: the intercept must be positive and the slope non-negative")
+        return {args.fit_tp: LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, float(args.max_concurrency))}
+    if args.samples:
+        samples = read_samples(args.samples)
+        try:
+            return {args.fit_tp: fit_per_pass(samples.batches, samples.seconds)}
+        except FitError as exc:
+            raise UserError(f"{args.samples}: {exc}") from None
+    return {}
+
+
+def request_from_args(args: argparse.Namespace) -> PlanRequest:
+    if args.filename:
+        from infertune.commands._deployment_file import plan_request_from_file
+
+        return plan_request_from_file(args.filename)
+    if not 0.0 <= args.kv_headroom < 1.0:
+        raise UserError("--kv-headroom must be in [0, 1)")
+    if args.max_concurrency < 1:
+        raise UserError("--max-concurrency must be at least 1")
+    return PlanRequest(
+        model=resolve_model(args.model), gpu=load_gpu(args.gpu), workload=_workload(args),
+        slo=SloTarget(args.min_stream_tps, args.max_ttft), tp_sizes=parse_int_list(args.tp, "--tp"),
+        concurrency_max=args.max_concurrency, pool_gpus=args.pool_gpus, kv_headroom=args.kv_headroom,
+        price_per_gpu_hour=args.price_per_gpu_hour, demand_rps=args.demand_rps, fits=_fits(args),
+    )
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def candidate_json(c: Candidate) -> dict[str, Any]:
+    return {
+        "tensor_parallel_size": c.tp, "max_num_seqs": c.max_num_seqs, "per_stream_tps": c.per_stream_tps,
+        "ttft_seconds": c.ttft_seconds, "cost_per_million_tokens": _finite(c.cost_per_million_tokens),
+        "cost_per_million_output_tokens": _finite(c.cost_per_million_output_tokens),
+        "processed_tps": c.processed_tps, "kv_working_set_fraction": _finite(c.kv_working_set_fraction),
+        "cliff_concurrency": _finite(c.cliff_concurrency), "region": c.region.value,
+        "pass_source": c.pass_source, "feasible": c.feasible, "reason": c.reason,
+    }
+
+
+def plan_json(result: Plan) -> dict[str, Any]:
+    choice = None
+    if result.choice is not None and result.layout is not None:
+        choice = {k: v for k, v in candidate_json(result.choice).items()
+                  if k in ("tensor_parallel_size", "max_num_seqs", "per_stream_tps", "ttft_seconds",
+                           "cost_per_million_tokens", "region")}
+        choice["replicas"] = result.layout.replicas
+    return {
+        "feasible": result.feasible, "reason": result.reason, "choice": choice,
+        "closest": candidate_json(result.closest) if result.closest else None,
+        "demand_rps": result.demand_rps, "capacity_shortfall_gpus": result.capacity_shortfall_gpus,
+        "workload": asdict(result.workload),
+        "candidates": [candidate_json(c) for c in result.candidates()],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    request = request_from_args(args)
+    result = plan(request, None, now=0.0)
+    if args.plot:
+        from infertune.commands._plan_plot import plot_plan
+
+        plot_plan(result, request, args.plot)
+    if args.output == "json":
+        print(json.dumps(plan_json(result), indent=2))
+        return 0 if result.feasible else 1
+    _print_table(result, show_all=args.all)
+    return 0 if result.feasible else 1
+
+
+def _print_table(result: Plan, show_all: bool) -> None:
+    console = Console()
+    table = Table("TP", "max seqs", "tok/s/stream", "TTFT s", "KV ws", "region", "$/M tok", "verdict")
+    chosen = (result.choice.tp, result.choice.max_num_seqs) if result.choice else None
+    for c in result.candidates():
+        key = (c.tp, c.max_num_seqs)
+        if not (show_all or c.max_num_seqs in SHOWN_CONCURRENCY or key == chosen):
+            continue
+        style = "bold green" if key == chosen else ("" if c.feasible else "dim")
+        table.add_row(str(c.tp), str(c.max_num_seqs), f"{c.per_stream_tps:.1f}", f"{c.ttft_seconds:.2f}",
+                      f"{c.kv_working_set_fraction:.0%}", c.region.value, f"{c.cost_per_million_tokens:.3f}",
+                      ("CHOSEN" if key == chosen else c.reason.split(":")[0]), style=style)
+    console.print(table)
+    if result.feasible and result.layout is not None:
+        console.print(f"[bold]choice:[/] {result.reason}")
+    else:
+        console.print(f"[bold red]infeasible:[/] {result.reason}")

@@ -1,0 +1,101 @@
+"""`infertune plan` and `infertune fit` as a user runs them: JSON shapes, plots, and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from infertune.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_plan_json_has_the_choice_and_every_candidate(capsys, tmp_path):
+    png = tmp_path / "plan.png"
+    code, out, _ = run(capsys, "plan", "--model", "kimi-k2.6", "--gpu", "b200", "--tp", "4,8",
+                       "--workload", "coding-agent", "--min-stream-tps", "25", "--fit", "5.2,1.65",
+                       "--demand-rps", "1", "--plot", str(png), "--output", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc["choice"]) >= {"tensor_parallel_size", "max_num_seqs", "replicas", "per_stream_tps",
+                                  "ttft_seconds", "cost_per_million_tokens"}
+    assert (doc["choice"]["tensor_parallel_size"], doc["choice"]["max_num_seqs"]) == (4, 8)
+    assert len(doc["candidates"]) == 2 * 64
+    keys = {"kv_working_set_fraction", "cliff_concurrency", "region", "feasible", "reason"}
+    assert all(keys <= set(c) for c in doc["candidates"])
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_table_marks_the_choice(capsys):
+    code, out, _ = run(capsys, "plan", "--tp", "4,8", "--min-stream-tps", "25", "--fit", "5.2,1.65")
+    assert code == 0 and "CHOSEN" in out and "choice: TP4 max-num-seqs 8" in out.replace("\n", " ")
+
+
+def test_plan_with_explicit_tokens_and_a_config_json(capsys, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                               "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256}))
+    code, out, _ = run(capsys, "plan", "--model", str(cfg), "--gpu", "h100", "--tp", "1,2",
+                       "--prompt-tokens", "2000", "--cached-fraction", "0.5", "--output-tokens", "300",
+                       "--min-stream-tps", "30", "--output", "json")
+    assert code == 0 and json.loads(out)["choice"]["tensor_parallel_size"] in (1, 2)
+
+
+def test_an_sla_nobody_meets_is_infeasible_and_says_by_how_much(capsys):
+    code, out, _ = run(capsys, "plan", "--tp", "8", "--min-stream-tps", "500", "--output", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["choice"] is None and "closest is TP8" in doc["reason"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["plan", "--gpu", "a100"], "unknown GPU 'a100'"),
+    (["plan", "--model", "nope-7b"], "unknown model 'nope-7b'"),
+    (["plan", "--tp", "4,x"], "--tp: expected comma-separated integers"),
+    (["plan", "--fit", "5.2"], "--fit: expected INTERCEPT_MS,SLOPE_MS"),
+])
+def test_bad_flags_are_one_clear_line(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_config_json_with_a_missing_field_is_named(capsys, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"hidden_size": 4096, "num_attention_heads": 32}))
+    code, _, err = run(capsys, "plan", "--model", str(cfg))
+    assert code == 2 and "num_hidden_layers" in err
+
+
+def write_samples(path, rows):
+    path.write_text("batch,per_pass_ms\n" + "".join(f"{b},{ms}\n" for b, ms in rows))
+
+
+def test_fit_recovers_the_line_and_predicts(capsys, tmp_path):
+    rng = np.random.default_rng(3)
+    rows = [(b, (5.2 + 1.65 * b) * rng.uniform(0.9, 1.1)) for b in (4, 8, 16, 32) for _ in range(20)]
+    csv = tmp_path / "samples.csv"
+    write_samples(csv, rows)
+    code, out, _ = run(capsys, "fit", "--samples", str(csv), "--predict", "16,32,64", "--output", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["samples"] == 80
+    assert doc["intercept_ms"] == pytest.approx(5.2, rel=0.1) and doc["slope_ms"] == pytest.approx(1.65, rel=0.1)
+    assert [p["batch"] for p in doc["predictions"]] == [16, 32, 64]
+    assert doc["predictions"][0]["per_stream_tps"] == pytest.approx(1000 / doc["predictions"][0]["per_pass_ms"])
+
+
+def test_a_bad_row_names_its_line(capsys, tmp_path):
+    csv = tmp_path / "samples.csv"
+    csv.write_text("batch,per_pass_ms\n4,11.8\n8,eighteen\n16,31.6\n")
+    code, _, err = run(capsys, "fit", "--samples", str(csv))
+    assert code == 2 and "line 3" in err
+    csv.write_text("batch,per_pass_ms\n4,11.8\n-8,18\n16,31.6\n32,60\n")
+    code, _, err = run(capsys, "fit", "--samples", str(csv))
+    assert code == 2 and "line 3" in err
+    csv.write_text("batch,latency\n4,11.8\n")
+    code, _, err = run(capsys, "fit", "--samples", str(csv))
+    assert code == 2 and "per_pass_ms" in err

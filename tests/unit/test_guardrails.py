@@ -1,0 +1,108 @@
+"""The guardrail chain: each check holds or lets through, with the reason a person would expect."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from infertune.api.observation import MetricsFault, Observation
+from infertune.model import LinearFit, load_gpu, load_model, workload_preset
+from infertune.planner import Action, Guardrails, Layout, PlannerState, PlanRequest, SloTarget, decide, next_state, plan
+
+RAILS = Guardrails(scale_up_cooldown_s=60, scale_down_cooldown_s=300, relayout_cooldown_s=1800,
+                   scale_down_stabilization_s=300, max_step_replicas=2, hysteresis=0.1,
+                   relayout_horizon_s=3600, model_load_seconds=600, stale_after_s=120)
+NOW = 10_000.0
+
+
+def request(demand: float) -> PlanRequest:
+    return PlanRequest(model=load_model("kimi-k2.6"), gpu=load_gpu("b200"), workload=workload_preset("coding-agent"),
+                       slo=SloTarget(25.0, 3.0), tp_sizes=(4, 8), concurrency_max=48, pool_gpus=256,
+                       replicas_max=64, fits={8: LinearFit(0.0052, 0.00165, 1.0, 7, 1, 32)}, demand_rps=demand)
+
+
+def fresh(demand: float, age: float = 5.0) -> Observation:
+    return Observation("ns", "kimi", sample_time=NOW - age, available=True, arrival_rate=demand)
+
+
+def run(demand: float, state: PlannerState, obs: Observation | None = None):
+    p = plan(request(demand), obs or fresh(demand), NOW)
+    return p, decide(p, state, obs or fresh(demand), RAILS, NOW)
+
+
+def test_first_decision_applies_the_initial_layout():
+    p, d = run(1.0, PlannerState())
+    assert d.action is Action.RELAYOUT and d.reason == "InitialLayout" and d.target == p.layout
+
+
+def test_stale_or_untrusted_metrics_hold_everything():
+    applied = Layout(4, 8, 3)
+    _, d = run(3.0, PlannerState(applied=applied), fresh(3.0, age=600))
+    assert d.action is Action.HOLD and d.reason == "MetricsStale" and d.target is None
+    bad = Observation("ns", "kimi", NOW, available=False, fault=MetricsFault.UNREACHABLE, message="refused")
+    _, d = run(3.0, PlannerState(applied=applied), bad)
+    assert d.action is Action.HOLD and d.reason == "SourceUnreachable"
+    p = plan(request(3.0), None, NOW)
+    assert decide(p, PlannerState(applied=applied), None, RAILS, NOW).reason == "MetricsUnavailable"
+
+
+def test_scale_up_is_bounded_by_the_max_step_and_the_cooldown():
+    p, d = run(6.0, PlannerState(applied=Layout(4, 8, 3)))
+    assert p.layout is not None and p.layout.replicas > 5
+    assert d.action is Action.SCALE_UP and d.target == Layout(4, 8, 5) and "max step 2" in d.message
+    later = PlannerState(applied=Layout(4, 8, 5), last_scale_up_at=NOW - 30)
+    _, d = run(6.0, later)
+    assert d.action is Action.HOLD and d.reason == "ScaleUpCooldown"
+
+
+def test_scale_down_waits_for_stabilisation_and_its_cooldown():
+    state = PlannerState(applied=Layout(4, 8, 10), recent_recommendations=((NOW - 100, 10),))
+    _, d = run(1.0, state)
+    assert d.action is Action.HOLD and d.reason == "ScaleDownStabilizing"
+    state = PlannerState(applied=Layout(4, 8, 10), recent_recommendations=((NOW - 1000, 10),),
+                         last_scale_down_at=NOW - 100)
+    _, d = run(1.0, state)
+    assert d.reason == "ScaleDownCooldown"
+    state = replace(state, last_scale_down_at=NOW - 1000)
+    _, d = run(1.0, state)
+    assert d.action is Action.SCALE_DOWN and d.target == Layout(4, 8, 8)
+
+
+def test_small_changes_fall_within_hysteresis():
+    p, _ = run(6.0, PlannerState())
+    assert p.layout is not None
+    big = replace(p.layout, replicas=p.layout.replicas + 1) if p.layout.replicas >= 10 else None
+    state = PlannerState(applied=replace(p.layout, replicas=p.layout.replicas))
+    _, d = run(6.0, state)
+    assert d.action is Action.NONE and d.reason == "UpToDate"
+    if big is not None:
+        _, d = run(6.0, PlannerState(applied=big, recent_recommendations=()))
+        assert d.reason in ("WithinHysteresis", "ScaleDownStabilizing")
+
+
+def test_relayout_only_when_the_saving_beats_the_restart():
+    # TP8 c=16 costs more than TP4 c=8 for the same demand: a re-layout pays back within the hour.
+    p, d = run(3.0, PlannerState(applied=Layout(8, 16, 12)))
+    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout" and d.target == p.layout
+    # One GPU saved does not pay for reloading the model on every replica.
+    assert p.layout is not None
+    nearly = Layout(8, 16, max((p.layout.gpus + 1) // 8, 1))
+    if nearly.gpus > p.layout.gpus:
+        _, d = run(3.0, PlannerState(applied=nearly))
+        assert d.reason in ("RelayoutNotWorthIt", "CheaperLayout")
+    _, d = run(3.0, PlannerState(applied=Layout(8, 16, 12), last_relayout_at=NOW - 60))
+    assert d.action is Action.HOLD and d.reason == "RelayoutCooldown"
+
+
+def test_an_unsafe_running_layout_is_relaid_out_despite_cooldown():
+    # TP8 with 48 seqs is past the cliff (~31): safety wins over the cooldown and the payback rule.
+    _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 60))
+    assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
+
+
+def test_next_state_records_what_was_applied_and_the_recommendation():
+    p, d = run(6.0, PlannerState(applied=Layout(4, 8, 3)))
+    s = next_state(PlannerState(applied=Layout(4, 8, 3)), d, RAILS)
+    assert s.applied == d.target and s.last_scale_up_at == NOW
+    assert s.recent_recommendations[-1] == (NOW, p.layout.replicas)
+    recommend_only = next_state(PlannerState(applied=Layout(4, 8, 3)), d, RAILS, applied=False)
+    assert recommend_only.applied == Layout(4, 8, 3) and recommend_only.last_scale_up_at is None
