@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "infertune.commands.plan",
     "infertune.commands.fit",
     "infertune.commands.crds",
+    "infertune.commands.render",
 )
 
 

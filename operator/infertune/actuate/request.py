@@ -26,7 +26,8 @@ from infertune.model import (
     workload_preset,
 )
 from infertune.model.catalog import validate_profile
-from infertune.planner.types import Guardrails, PlanRequest, SloTarget
+from infertune.planner import Plan, plan
+from infertune.planner.types import Guardrails, Layout, PlanRequest, SloTarget
 
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 DEFAULT_KV_HEADROOM_PERCENT = 10
@@ -185,3 +186,24 @@ def resolve(spec: InferenceDeploymentSpec, policy: ServingPolicySpec | None = No
         raise SpecError(f"spec: does not combine with ServingPolicy {name}: {exc}") from None
     model, gpu = resolve_model(effective, config_json), resolve_gpu(effective)
     return Resolved(effective, model, gpu, build_request(effective, model, gpu))
+
+
+def pinned(layout: Layout, spec: InferenceDeploymentSpec) -> Layout:
+    """`spec.replicas` (what `kubectl scale` sets) pins the count; TP and concurrency stay tuned."""
+    return layout if spec.replicas is None else replace(layout, replicas=spec.replicas)
+
+
+def starting_layout(resolved: Resolved, now: float) -> tuple[Layout, Plan]:
+    """What to run before any metric exists: the plan on the workload hints, or, when nothing is
+    feasible, the candidate that misses by the least (the status says so), so there is a workload."""
+    first = plan(resolved.request, None, now)
+    req = resolved.request
+    if first.layout is not None:
+        return pinned(first.layout, resolved.spec), first
+    # At least one replica even with min 0: without a running replica there are no metrics to learn from.
+    floor = max(req.replicas_min, 1)
+    if first.choice is not None:
+        return pinned(Layout(first.choice.tp, first.choice.max_num_seqs, floor), resolved.spec), first
+    if first.closest is not None:
+        return pinned(Layout(first.closest.tp, first.closest.max_num_seqs, floor), resolved.spec), first
+    return pinned(Layout(max(req.tp_sizes), req.concurrency_min, floor), resolved.spec), first

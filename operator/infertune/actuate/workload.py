@@ -1,0 +1,195 @@
+"""Pure builders of the objects the operator owns (prometheus-operator style `make_*`): a Deployment,
+or a LeaderWorkerSet when TP spans nodes, and a Service. Each carries an input hash, so an unchanged
+input never causes an update (nor a rollout after an operator restart)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from infertune.actuate.engine import (
+    TERMINATION_GRACE_SECONDS,
+    engine_args,
+    engine_command,
+    pre_stop,
+    probes,
+)
+from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec
+from infertune.planner.types import Layout
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+DEPLOYMENT_LABEL = "infertune.io/deployment"
+INPUT_HASH = "infertune.io/input-hash"
+TP_ANNOTATION = "infertune.io/tensor-parallel-size"
+SEQS_ANNOTATION = "infertune.io/max-num-seqs"
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+LWS_LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+GPU = "nvidia.com/gpu"
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Owner:
+    name: str
+    namespace: str
+    uid: str
+
+
+def selector_labels(name: str) -> dict[str, str]:
+    return {DEPLOYMENT_LABEL: name}
+
+
+def labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "inference-engine", "app.kubernetes.io/instance": name,
+            MANAGED_BY: "infertune", **selector_labels(name)}
+
+
+def selector_string(name: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in selector_labels(name).items())
+
+
+def owner_reference(owner: Owner) -> Obj:
+    # controller + blockOwnerDeletion: the garbage collector deletes these objects with the resource.
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": owner.name, "uid": owner.uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def input_hash(obj: Obj) -> str:
+    """Hash of everything the object would say, so equal inputs give equal hashes across restarts."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _stamped(obj: Obj) -> Obj:
+    digest = input_hash(obj)
+    obj["metadata"].setdefault("annotations", {})[INPUT_HASH] = digest
+    template = obj.get("spec", {}).get("template")
+    if template is not None:
+        # On the pod template too: `kubectl describe pod` shows which input a pod was built from.
+        template["metadata"].setdefault("annotations", {})[INPUT_HASH] = digest
+    return obj
+
+
+def _metadata(owner: Owner) -> Obj:
+    return {"name": owner.name, "namespace": owner.namespace, "labels": labels(owner.name),
+            "ownerReferences": [owner_reference(owner)]}
+
+
+def nodes_per_replica(tp: int, gpus_per_node: int) -> int:
+    return max(math.ceil(tp / gpus_per_node), 1)
+
+
+def _resources(spec: InferenceDeploymentSpec, gpus: int) -> Obj:
+    user = spec.engine.resources
+    return {"requests": {**user.requests, GPU: str(gpus)}, "limits": {**user.limits, GPU: str(gpus)}}
+
+
+def _container(spec: InferenceDeploymentSpec, layout: Layout, gpus: int, args: list[str],
+               command: list[str], serving: bool = True) -> Obj:
+    container: Obj = {
+        "name": "engine", "image": spec.engine.image, "command": command, "args": args,
+        "ports": [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}],
+        "env": [{"name": e.name, "value": e.value} for e in spec.engine.env],
+        "resources": _resources(spec, gpus),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    if serving:
+        container |= probes("http", spec.engine.startup_seconds) | {"lifecycle": pre_stop()}
+    return container
+
+
+def _pod_spec(spec: InferenceDeploymentSpec, containers: list[Obj]) -> Obj:
+    hw = spec.hardware
+    return {
+        "containers": containers,
+        "nodeSelector": dict(hw.node_selector),
+        "tolerations": [t.wire() for t in hw.tolerations],
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        # NCCL between ranks needs more shared memory than the container default of 64 MiB.
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+
+
+def _template(owner: Owner, layout: Layout, pod_spec: Obj) -> Obj:
+    return {"metadata": {"labels": labels(owner.name), "annotations": {
+        TP_ANNOTATION: str(layout.tensor_parallel_size), SEQS_ANNOTATION: str(layout.max_num_seqs)}},
+        "spec": pod_spec}
+
+
+def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout) -> Obj:
+    tp = layout.tensor_parallel_size
+    container = _container(spec, layout, tp, engine_args(spec, layout), engine_command(spec))
+    return _stamped({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(owner),
+        "spec": {
+            "replicas": layout.replicas,
+            "selector": {"matchLabels": selector_labels(owner.name)},
+            # Never fewer serving replicas than now: a new layout comes up before an old one leaves.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "progressDeadlineSeconds": spec.engine.startup_seconds + 600,
+            "template": _template(owner, layout, _pod_spec(spec, [container])),
+        },
+    })
+
+
+def _lws_commands(spec: InferenceDeploymentSpec, layout: Layout, nodes: int) -> tuple[Obj, Obj]:
+    """Leader and worker containers. vLLM spans nodes with Ray (its multi-node-serving.sh helper);
+    SGLang with its own --nnodes/--node-rank rendezvous."""
+    args = engine_args(spec, layout, nodes)
+    per_node = math.ceil(layout.tensor_parallel_size / nodes)
+    if spec.engine.kind == "vllm":
+        script = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+        serve = " ".join(["python3", "-m", "vllm.entrypoints.openai.api_server", *args])
+        shell = ["/bin/sh", "-c"]
+        lead = f"{script} leader --ray_cluster_size=$(LWS_GROUP_SIZE); {serve}"
+        follow = f"{script} worker --ray_address=$(LWS_LEADER_ADDRESS)"
+        leader = _container(spec, layout, per_node, [lead], shell)
+        worker = _container(spec, layout, per_node, [follow], shell, serving=False)
+    else:
+        leader = _container(spec, layout, per_node, args, engine_command(spec))
+        worker = _container(spec, layout, per_node, args, engine_command(spec), serving=False)
+    return leader, worker
+
+
+def make_leader_worker_set(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
+                           gpus_per_node: int) -> Obj:
+    nodes = nodes_per_replica(layout.tensor_parallel_size, gpus_per_node)
+    leader, worker = _lws_commands(spec, layout, nodes)
+    return _stamped({
+        "apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": _metadata(owner),
+        "spec": {
+            "replicas": layout.replicas,
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {"type": "RollingUpdate",
+                                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 1}},
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": _template(owner, layout, _pod_spec(spec, [leader])),
+                "workerTemplate": _template(owner, layout, _pod_spec(spec, [worker])),
+            },
+        },
+    })
+
+
+def make_service(owner: Owner, spec: InferenceDeploymentSpec, multi_node: bool) -> Obj:
+    selector = selector_labels(owner.name)
+    if multi_node:
+        selector = {**selector, LWS_LEADER_LABEL: "0"}  # only leaders serve HTTP
+    return _stamped({
+        "apiVersion": "v1", "kind": "Service", "metadata": _metadata(owner),
+        "spec": {"type": "ClusterIP", "selector": selector,
+                 "ports": [{"name": "http", "port": spec.engine.port, "targetPort": "http",
+                            "protocol": "TCP"}]},
+    })
+
+
+def desired_objects(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
+                    gpus_per_node: int) -> list[Obj]:
+    """Everything the operator applies for one resource at one layout, workload first."""
+    multi = layout.tensor_parallel_size > gpus_per_node
+    workload = (make_leader_worker_set(owner, spec, layout, gpus_per_node) if multi
+                else make_deployment(owner, spec, layout))
+    return [workload, make_service(owner, spec, multi)]

@@ -1,0 +1,83 @@
+"""`infertune render -f deployment.yaml`: prints, as YAML, exactly the objects the operator would
+apply for a resource (at the starting layout, or at --tp/--max-num-seqs/--replicas)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infertune.actuate.request import Resolved, resolve, starting_layout
+from infertune.actuate.workload import Owner, desired_objects
+from infertune.api.policy import ServingPolicySpec, parse_policy
+from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec, parse_spec
+from infertune.cli import UserError
+
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+
+
+def load_resource(path: Path) -> dict[str, Any]:
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    found = [d for d in docs if isinstance(d, dict) and d.get("kind") == KIND]
+    if not found:
+        raise UserError(f"{path}: no {KIND} ({API_VERSION}) in the file")
+    return found[0]
+
+
+def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPolicySpec | None:
+    if spec.policy_ref is None:
+        return None
+    candidate = path or Path("policies") / f"{spec.policy_ref.name}.yaml"
+    if not candidate.exists():
+        raise UserError(f"spec.policyRef: ServingPolicy {spec.policy_ref.name!r} not found at {candidate}; "
+                        "pass --policy FILE")
+    doc = yaml.safe_load(candidate.read_text(encoding="utf-8")) or {}
+    return parse_policy(doc.get("spec"))
+
+
+def resolve_file(args: argparse.Namespace) -> tuple[dict[str, Any], Resolved]:
+    resource = load_resource(args.file)
+    spec = parse_spec(resource.get("spec"))
+    config = args.config_json.read_text(encoding="utf-8") if args.config_json else None
+    return resource, resolve(spec, load_policy(spec, args.policy), config)
+
+
+def add_resource_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--file", type=Path, required=True, help="an InferenceDeployment YAML")
+    parser.add_argument("--policy", type=Path, help="the ServingPolicy YAML its policyRef names "
+                        "(default: policies/<name>.yaml)")
+    parser.add_argument("--config-json", type=Path, help="config.json for a spec.model.configMapRef")
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("render", help="print the workload the operator would apply")
+    add_resource_args(parser)
+    parser.add_argument("--tp", type=int, help="tensor-parallel size (default: the plan's)")
+    parser.add_argument("--max-num-seqs", type=int, help="max concurrency per replica (default: the plan's)")
+    parser.add_argument("--replicas", type=int, help="replica count (default: the plan's)")
+    parser.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    resource, resolved = resolve_file(args)
+    layout, _ = starting_layout(resolved, time.time())
+    given = (("--tp", args.tp), ("--max-num-seqs", args.max_num_seqs), ("--replicas", args.replicas))
+    for flag, value in given:
+        if value is not None and value < (0 if flag == "--replicas" else 1):
+            raise UserError(f"{flag}: must be positive, got {value}")
+    layout = replace(layout, tensor_parallel_size=args.tp or layout.tensor_parallel_size,
+                     max_num_seqs=args.max_num_seqs or layout.max_num_seqs,
+                     replicas=layout.replicas if args.replicas is None else args.replicas)
+    meta = resource.get("metadata") or {}
+    owner = Owner(str(meta.get("name", "unnamed")), str(meta.get("namespace", "default")),
+                  str(meta.get("uid", PLACEHOLDER_UID)))
+    objects = desired_objects(owner, resolved.spec, layout, resolved.gpu.gpus_per_node)
+    print(yaml.safe_dump_all(objects, sort_keys=False, width=100), end="")
+    return 0
