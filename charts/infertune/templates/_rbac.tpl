@@ -9,9 +9,6 @@
 - apiGroups: ["infertune.io"]
   resources: ["inferencedeployments/status"]
   verbs: ["get", "patch"]
-- apiGroups: ["infertune.io"]
-  resources: ["inferencedeployments/scale"]
-  verbs: ["get", "patch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
   # Server-side apply is a PATCH; delete is for switching a layout to a LeaderWorkerSet and back.
@@ -29,11 +26,18 @@
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
-{{- if eq .Values.prometheus.source "pods" }}
+{{- if .Values.rbac.podsMetricsSource }}
 - apiGroups: [""]
   resources: ["pods"]
-  # The `pods` metrics source finds the inference pods' addresses to scrape them directly.
+  # `spec.metrics.source: Pods` finds the inference pods' addresses to scrape them directly.
   verbs: ["list", "watch"]
+{{- end }}
+{{- with .Values.rbac.tokenSecretNames }}
+- apiGroups: [""]
+  resources: ["secrets"]
+  # Only the Prometheus credentials resources may reference, by name.
+  resourceNames: {{ toJson . }}
+  verbs: ["get"]
 {{- end }}
 {{- if and .Values.operator.peering.enabled .Values.operator.watchNamespaces }}
 - apiGroups: ["kopf.dev"]

@@ -16,8 +16,8 @@
 {{- if and $v.prometheusRule.enabled (not $v.serviceMonitor.enabled) -}}
 {{- fail "prometheusRule.enabled=true requires serviceMonitor.enabled=true: without the scrape, InfertuneOperatorDown fires forever" -}}
 {{- end -}}
-{{- if and (eq $v.prometheus.source "prometheus") (not $v.prometheus.url) -}}
-{{- fail "prometheus.url must be set when prometheus.source=prometheus" -}}
+{{- if and $v.prometheus.tokenSecret.name (not $v.prometheus.url) -}}
+{{- fail "prometheus.tokenSecret.name is set but prometheus.url is empty: the token would be sent nowhere" -}}
 {{- end -}}
 {{- if and $v.podMonitor.namespaces $v.operator.watchNamespaces -}}
 {{- range $v.operator.watchNamespaces -}}
