@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# The real Prometheus and the canned scrape targets, for any test that asks for them by name.
+pytest_plugins = ["tests.prometheus_fixture"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kube", action="store_true", default=False,

@@ -1,0 +1,209 @@
+"""Per-pod raw figures, and how a deployment's Observation is built from them and judged.
+
+Both sources reduce what they read to `PodFigures` (gauges, per-second rates over the window,
+TTFT quantiles), so the aggregation and the fault rules below are shared and the two sources
+agree by construction. A figure that was not measured is absent from the mappings, never zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from infertune.api.observation import MetricsFault, Observation, ReplicaObservation
+from infertune.observe.dialects import REQUIRED_GAUGES, TTFT_QUANTILES
+
+DeploymentKey = tuple[str, str]  # (namespace, deployment)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the controller knows should be serving: the ready pods, or at least how many."""
+
+    pods: frozenset[str] | None = None
+    replicas: int | None = None
+
+
+@dataclass(frozen=True)
+class PodFigures:
+    pod: str
+    dialect: str | None = None
+    sample_time: float | None = None
+    gauges: Mapping[str, float] = field(default_factory=dict)
+    # Per-second rates over the window; histogram parts as "<figure>_sum" / "<figure>_count".
+    rates: Mapping[str, float] = field(default_factory=dict)
+    ttft: Mapping[float, float] = field(default_factory=dict)
+    running_mean: float | None = None  # mean running batch over the window, for the fit
+    capacity_tokens: int | None = None
+    series_count: int = 1  # >1: the pod was scraped twice
+    counter_reset: bool = False
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _sum(values: Sequence[float | None]) -> float | None:
+    """The sum over replicas, or None when any replica lacks the figure: half a sum is not a sum."""
+    if not values or any(v is None for v in values):
+        return None
+    return float(sum(v for v in values if v is not None))
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+def _rate(fig: PodFigures, key: str) -> float | None:
+    return _finite(fig.rates.get(key))
+
+
+def _mean_prompt(rates: Mapping[str, float | None]) -> float | None:
+    by_hist = _ratio(rates.get("prompt_length_sum"), rates.get("prompt_length_count"))
+    return by_hist if by_hist is not None else _ratio(rates.get("prompt_tokens"), rates.get("completions"))
+
+
+def _mean_generated(rates: Mapping[str, float | None]) -> float | None:
+    by_hist = _ratio(rates.get("generation_length_sum"), rates.get("generation_length_count"))
+    if by_hist is not None:
+        return by_hist
+    return _ratio(rates.get("generation_tokens"), rates.get("completions"))
+
+
+def _request_rate(rates: Mapping[str, float | None]) -> float | None:
+    """Requests per second that reached prefill: the denominator of per-request means."""
+    return rates.get("prompt_length_count") if rates.get("prompt_length_count") is not None \
+        else rates.get("completions")
+
+
+_RATE_KEYS = ("preemptions", "prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits",
+              "completions", "ttft_count", "itl_sum", "itl_count", "prompt_length_sum",
+              "prompt_length_count", "generation_length_sum", "generation_length_count")
+
+
+def replica_observation(fig: PodFigures) -> ReplicaObservation:
+    rates = {k: _rate(fig, k) for k in _RATE_KEYS}
+    return ReplicaObservation(
+        pod=fig.pod,
+        running=_finite(fig.gauges.get("running")),
+        waiting=_finite(fig.gauges.get("waiting")),
+        kv_usage=_finite(fig.gauges.get("kv_usage")),
+        preemption_rate=rates["preemptions"],
+        arrival_rate=rates["ttft_count"],
+        completion_rate=rates["completions"],
+        mean_prompt_tokens=_mean_prompt(rates),
+        mean_cached_tokens=_ratio(rates["prefix_hits"], _request_rate(rates)),
+        mean_generated_tokens=_mean_generated(rates),
+        ttft_p50_seconds=_finite(fig.ttft.get(0.5)),
+        ttft_p95_seconds=_finite(fig.ttft.get(0.95)),
+        ttft_p99_seconds=_finite(fig.ttft.get(0.99)),
+        mean_inter_token_seconds=_ratio(rates["itl_sum"], rates["itl_count"]),
+        prefix_hit_rate=_ratio(rates["prefix_hits"], rates["prefix_queries"]),
+        kv_capacity_tokens=fig.capacity_tokens,
+    )
+
+
+def fit_samples(figs: Sequence[PodFigures]) -> tuple[tuple[float, float], ...]:
+    """(mean running batch, mean inter-token seconds) per pod whose window was clean.
+
+    A window with any preemption is dropped: recompute stretches passes and the sample would
+    sit above the line. So is one with no decoded tokens or an idle batch.
+    """
+    out = []
+    for fig in figs:
+        preempt = _rate(fig, "preemptions")
+        itl = _ratio(_rate(fig, "itl_sum"), _rate(fig, "itl_count"))
+        batch = _finite(fig.running_mean)
+        if preempt is None or preempt > 0 or itl is None or batch is None or batch < 1 or fig.counter_reset:
+            continue
+        out.append((batch, itl))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    fault: MetricsFault
+    message: str
+
+
+def judge(key: DeploymentKey, figs: Sequence[PodFigures], expected: Expected | None, now: float,
+          stale_after: float) -> Judgement:
+    """The first fault that makes this deployment's figures untrustworthy, or OK."""
+    ns, name = key
+    if not figs:
+        return Judgement(MetricsFault.EMPTY, f"no series for {ns}/{name}")
+    dup = sorted(f.pod for f in figs if f.series_count > 1)
+    if dup:
+        return Judgement(MetricsFault.DUPLICATE_SERIES, f"pod {', '.join(dup)} scraped more than once")
+    seen = {f.pod for f in figs}
+    if expected is not None and expected.pods is not None and not expected.pods <= seen:
+        missing = sorted(expected.pods - seen)
+        return Judgement(MetricsFault.PARTIAL,
+                         f"{len(missing)} of {len(expected.pods)} pods missing: {', '.join(missing[:5])}")
+    if expected is not None and expected.replicas is not None and len(seen) < expected.replicas:
+        return Judgement(MetricsFault.PARTIAL, f"{len(seen)} of {expected.replicas} replicas report metrics")
+    for fig in sorted(figs, key=lambda f: f.pod):
+        for gauge in REQUIRED_GAUGES:
+            value = fig.gauges.get(gauge)
+            if value is None:
+                return Judgement(MetricsFault.EMPTY, f"pod {fig.pod} has no {gauge} series")
+            if not math.isfinite(value):
+                return Judgement(MetricsFault.NOT_A_NUMBER, f"pod {fig.pod} reports {gauge} = {value}")
+    reset = sorted(f.pod for f in figs if f.counter_reset)
+    if reset:
+        return Judgement(MetricsFault.COUNTER_RESET,
+                         f"counters reset in the window on pod {', '.join(reset)} (restart?)")
+    times = [f.sample_time for f in figs if f.sample_time is not None]
+    if times and now - min(times) > stale_after:
+        age = now - min(times)
+        return Judgement(MetricsFault.STALE, f"newest sample is {age:.0f}s old (limit {stale_after:.0f}s)")
+    return Judgement(MetricsFault.OK, "")
+
+
+def build_observation(key: DeploymentKey, figs: Sequence[PodFigures], expected: Expected | None,
+                      now: float, stale_after: float, deployment_ttft: Mapping[float, float]) -> Observation:
+    """The deployment's Observation. When it is faulted the figures still cover the pods seen, for
+    display, but `available` is False and nothing should be decided from them."""
+    verdict = judge(key, figs, expected, now, stale_after)
+    figs = sorted(figs, key=lambda f: f.pod)
+    reps = tuple(replica_observation(f) for f in figs)
+    rates = {k: _sum([_rate(f, k) for f in figs]) for k in _RATE_KEYS}
+    usages = [r.kv_usage for r in reps]
+    known_usage = [u for u in usages if u is not None]
+    capacities = [f.capacity_tokens for f in figs if f.capacity_tokens is not None]
+    times = [f.sample_time for f in figs if f.sample_time is not None]
+    dialects = sorted({f.dialect for f in figs if f.dialect})
+    return Observation(
+        namespace=key[0], deployment=key[1],
+        sample_time=min(times) if times else now,
+        available=verdict.fault is MetricsFault.OK, fault=verdict.fault, message=verdict.message,
+        dialect="+".join(dialects) if dialects else "unknown",
+        replicas=reps,
+        running=_sum([r.running for r in reps]),
+        waiting=_sum([r.waiting for r in reps]),
+        kv_usage=max(known_usage) if known_usage and len(known_usage) == len(usages) else None,
+        mean_kv_usage=sum(known_usage) / len(known_usage) if known_usage else None,
+        preemption_rate=rates["preemptions"],
+        arrival_rate=rates["ttft_count"],
+        completion_rate=rates["completions"],
+        mean_prompt_tokens=_mean_prompt(rates),
+        mean_cached_tokens=_ratio(rates["prefix_hits"], _request_rate(rates)),
+        mean_generated_tokens=_mean_generated(rates),
+        ttft_p50_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[0])),
+        ttft_p95_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[1])),
+        ttft_p99_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[2])),
+        mean_inter_token_seconds=_ratio(rates["itl_sum"], rates["itl_count"]),
+        prefix_hit_rate=_ratio(rates["prefix_hits"], rates["prefix_queries"]),
+        # Per replica; the smallest pool is where the cliff comes first.
+        kv_capacity_tokens=min(capacities) if capacities else None,
+        fit_samples=fit_samples(figs),
+    )
+
+
+def faulted(key: DeploymentKey, fault: MetricsFault, message: str, now: float) -> Observation:
+    """A deployment the source could not read at all (Prometheus down, 5xx, ...)."""
+    return Observation(namespace=key[0], deployment=key[1], sample_time=now, available=False,
+                       fault=fault, message=message, dialect="unknown")

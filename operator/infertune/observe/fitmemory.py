@@ -1,0 +1,133 @@
+"""What the online fit has learned, per layout (TP), in a bounded form that survives a restart.
+
+The controller keeps `to_status()` in the resource's status and rebuilds with `from_status()`.
+The memory is bounded per layout; when full it forgets the oldest sample of the most crowded
+batch bin, so a long stretch at one load does not wash out what was seen at other batch sizes
+(the slope needs the spread).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from infertune.model.fit import FitError, LinearFit, fit_per_pass
+
+STATUS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FitSample:
+    batch: float  # mean running requests over the window
+    seconds: float  # mean inter-token latency over the window: one pass
+    weight: float = 1.0
+    time: float = 0.0
+
+    def valid(self) -> bool:
+        return all(math.isfinite(v) for v in (self.batch, self.seconds, self.weight, self.time)) \
+            and self.batch >= 1 and self.seconds > 0 and self.weight > 0
+
+
+def _bin(batch: float) -> int:
+    """Quarter-octave bins: fine at small batches where the intercept is decided, coarse above."""
+    return round(4 * math.log2(max(batch, 1.0)))
+
+
+class FitMemory:
+    def __init__(self, max_samples: int = 64, min_samples: int = 6) -> None:
+        if max_samples < min_samples or min_samples < 3:
+            raise ValueError("max_samples must be >= min_samples >= 3")
+        self.max_samples = max_samples
+        self.min_samples = min_samples
+        self._samples: dict[int, list[FitSample]] = {}
+
+    def add(self, tp: int, samples: Iterable[FitSample | tuple[float, float]], now: float = 0.0) -> int:
+        """Adds samples for layout `tp`; tuples are (batch, seconds) taken at `now`; returns how many."""
+        kept = 0
+        bucket = self._samples.setdefault(int(tp), [])
+        for raw in samples:
+            sample = raw if isinstance(raw, FitSample) else FitSample(float(raw[0]), float(raw[1]), 1.0, now)
+            if not sample.valid():
+                continue
+            bucket.append(sample)
+            kept += 1
+            if len(bucket) > self.max_samples:
+                self._evict(bucket)
+        return kept
+
+    @staticmethod
+    def _evict(bucket: list[FitSample]) -> None:
+        bins: dict[int, list[int]] = {}
+        for i, s in enumerate(bucket):
+            bins.setdefault(_bin(s.batch), []).append(i)
+        crowded = max(bins.values(), key=len)
+        del bucket[min(crowded, key=lambda i: bucket[i].time)]
+
+    def samples(self, tp: int) -> tuple[FitSample, ...]:
+        return tuple(self._samples.get(int(tp), ()))
+
+    def layouts(self) -> tuple[int, ...]:
+        return tuple(sorted(self._samples))
+
+    def fit(self, tp: int) -> LinearFit | None:
+        """The robust per-pass line for this layout, or None while the samples cannot support one."""
+        samples = self._samples.get(int(tp), [])
+        if len(samples) < self.min_samples:
+            return None
+        try:
+            # Latency noise is relative (a jittery pass is jittery by a fraction), hence 1/y^2 as in
+            # fit_per_pass's own default, times each sample's confidence.
+            fit = fit_per_pass([s.batch for s in samples], [s.seconds for s in samples],
+                               [s.weight / s.seconds**2 for s in samples])
+        except FitError:
+            return None
+        # A negative slope or intercept is noise over too narrow a batch range, not physics.
+        return fit if fit.slope_s > 0 and fit.intercept_s > 0 else None
+
+    def fits(self) -> dict[int, LinearFit]:
+        out = {}
+        for tp in self.layouts():
+            fit = self.fit(tp)
+            if fit is not None:
+                out[tp] = fit
+        return out
+
+    def to_status(self) -> dict[str, Any]:
+        """JSON-able and small: at most max_samples x 4 numbers per layout."""
+        return {
+            "version": STATUS_VERSION,
+            "layouts": {
+                str(tp): [[round(s.batch, 3), round(s.seconds, 7), round(s.weight, 3), round(s.time, 1)]
+                          for s in samples]
+                for tp, samples in sorted(self._samples.items())
+            },
+        }
+
+    @classmethod
+    def from_status(cls, data: Mapping[str, Any] | None, max_samples: int = 64,
+                    min_samples: int = 6) -> FitMemory:
+        """Rebuilds from `to_status()`. Raises ValueError naming the bad field; None gives an empty memory."""
+        memory = cls(max_samples, min_samples)
+        if not data:
+            return memory
+        if data.get("version") != STATUS_VERSION:
+            raise ValueError(f"fit status: unsupported version {data.get('version')!r}")
+        layouts = data.get("layouts")
+        if not isinstance(layouts, Mapping):
+            raise ValueError("fit status: 'layouts' must be a mapping of TP to samples")
+        for tp_text, rows in layouts.items():
+            if not str(tp_text).isdigit() or not isinstance(rows, list):
+                raise ValueError(f"fit status: layouts[{tp_text!r}] must be a TP with a list of samples")
+            parsed = []
+            for i, row in enumerate(rows):
+                if not isinstance(row, list) or len(row) != 4:
+                    raise ValueError(
+                        f"fit status: layouts[{tp_text!r}][{i}] must be [batch, seconds, weight, time]")
+                try:
+                    parsed.append(FitSample(*(float(v) for v in row)))
+                except (TypeError, ValueError):
+                    raise ValueError(f"fit status: layouts[{tp_text!r}][{i}] holds a non-number") from None
+            memory.add(int(tp_text), parsed)
+        return memory

@@ -1,0 +1,209 @@
+"""The pods source: scrape each ready pod's `/metrics` directly, no Prometheus in between.
+
+Rates are deltas between this poll and the previous one of the same pod, so the first poll of a
+pod has gauges but no rates (None, not zero). A counter that went backwards is a reset (the engine
+restarted): that pod's rates are withheld for the poll and the deployment reports CounterReset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import requests
+
+from infertune.api.observation import MetricsFault, Observation
+from infertune.observe.dialects import TTFT_QUANTILES
+from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted
+from infertune.observe.quantile import histogram_quantile
+from infertune.observe.snapshot import Snapshot
+from infertune.observe.textformat import PayloadError, Reading, parse_payload
+
+
+@dataclass(frozen=True)
+class PodTarget:
+    namespace: str
+    deployment: str
+    pod: str
+    url: str  # the full /metrics URL
+
+    @property
+    def key(self) -> DeploymentKey:
+        return (self.namespace, self.deployment)
+
+    @classmethod
+    def parse(cls, text: str, namespace: str = "default", deployment: str = "default") -> PodTarget:
+        """`host:port`, a URL, or `namespace/deployment/pod=host:port`."""
+        ident, _, address = text.strip().rpartition("=")
+        if not address:
+            raise ValueError(f"target {text!r}: expected host:port")
+        pod = address
+        if ident:
+            parts = ident.split("/")
+            if len(parts) != 3 or not all(parts):
+                raise ValueError(f"target {text!r}: expected namespace/deployment/pod=host:port")
+            namespace, deployment, pod = parts
+        url = address if "://" in address else f"http://{address}/metrics"
+        host = url.split("://", 1)[1].split("/", 1)[0]
+        if ":" not in host or not host.rsplit(":", 1)[1].isdigit():
+            raise ValueError(f"target {text!r}: expected host:port with a numeric port")
+        return cls(namespace, deployment, pod, url)
+
+
+@dataclass(frozen=True)
+class _Scrape:
+    target: PodTarget
+    time: float
+    reading: Reading | None = None
+    fault: MetricsFault = MetricsFault.OK
+    message: str = ""
+
+
+def _delta_rates(prev: _Scrape, cur: _Scrape) -> tuple[dict[str, float], dict[float, float], bool]:
+    """Per-second rates and TTFT bucket deltas between two scrapes; True when a counter reset."""
+    assert prev.reading is not None and cur.reading is not None
+    dt = cur.time - prev.time
+    rates: dict[str, float] = {}
+    for key, value in cur.reading.counters.items():
+        before = prev.reading.counters.get(key)
+        if before is None:
+            continue
+        if value < before:
+            return {}, {}, True
+        rates[key] = (value - before) / dt
+    ttft_buckets: dict[float, float] = {}
+    for key, hist in cur.reading.histograms.items():
+        old = prev.reading.histograms.get(key)
+        if old is None:
+            continue
+        if hist.count < old.count or hist.total < old.total:
+            return {}, {}, True
+        rates[f"{key}_sum"] = (hist.total - old.total) / dt
+        rates[f"{key}_count"] = (hist.count - old.count) / dt
+        if key == "ttft":
+            ttft_buckets = {le: (n - old.buckets.get(le, 0.0)) / dt for le, n in hist.buckets.items()}
+    return rates, ttft_buckets, False
+
+
+def _quantiles(buckets: Mapping[float, float]) -> dict[float, float]:
+    out = {}
+    for q in TTFT_QUANTILES:
+        value = histogram_quantile(q, buckets)
+        if value is not None:
+            out[q] = value
+    return out
+
+
+class PodsSource:
+    """`MetricsSource` that scrapes pods itself. Keeps the previous scrape of each pod for rates."""
+
+    name = "pods"
+
+    def __init__(self, targets: Sequence[PodTarget], *, timeout: float = 5.0, stale_after: float = 120.0,
+                 workers: int = 16, clock: Callable[[], float] = time.time) -> None:
+        self.targets = list(targets)
+        self.timeout = timeout
+        self.stale_after = stale_after
+        self.clock = clock
+        self.session = requests.Session()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="infertune-scrape")
+        self._previous: dict[tuple[str, str, str], _Scrape] = {}
+
+    def set_targets(self, targets: Sequence[PodTarget]) -> None:
+        """The controller's list of ready pods; forgotten pods lose their previous scrape."""
+        self.targets = list(targets)
+        live = {(t.namespace, t.deployment, t.pod) for t in self.targets}
+        self._previous = {k: v for k, v in self._previous.items() if k in live}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        self.session.close()
+
+    def _fetch(self, target: PodTarget) -> _Scrape:
+        try:
+            resp = self.session.get(target.url, timeout=self.timeout)
+            now = self.clock()
+            if resp.status_code >= 500:
+                return _Scrape(target, now, fault=MetricsFault.SERVER_ERROR,
+                               message=f"{target.pod} answered HTTP {resp.status_code}")
+            if resp.status_code != 200:
+                return _Scrape(target, now, fault=MetricsFault.UNREACHABLE,
+                               message=f"{target.pod} answered HTTP {resp.status_code}")
+            return _Scrape(target, now, reading=parse_payload(resp.text))
+        except requests.exceptions.Timeout:
+            return _Scrape(target, self.clock(), fault=MetricsFault.TIMEOUT,
+                           message=f"{target.pod} did not answer within {self.timeout:g}s")
+        except requests.exceptions.RequestException as exc:
+            return _Scrape(target, self.clock(), fault=MetricsFault.UNREACHABLE,
+                           message=f"cannot reach {target.pod}: {type(exc).__name__}")
+        except PayloadError as exc:
+            return _Scrape(target, self.clock(), fault=MetricsFault.MALFORMED, message=f"{target.pod}: {exc}")
+
+    def _figures(self, scrape: _Scrape, copies: int) -> tuple[PodFigures, dict[float, float] | None]:
+        reading = scrape.reading
+        assert reading is not None
+        ident = (scrape.target.namespace, scrape.target.deployment, scrape.target.pod)
+        prev = self._previous.get(ident)
+        rates: dict[str, float] = {}
+        buckets: dict[float, float] | None = None
+        reset = False
+        running_mean = None
+        if prev is not None and prev.reading is not None and scrape.time > prev.time:
+            rates, buckets, reset = _delta_rates(prev, scrape)
+            before, after = prev.reading.gauges.get("running"), reading.gauges.get("running")
+            if before is not None and after is not None and not reset:
+                running_mean = (before + after) / 2
+        fig = PodFigures(
+            pod=scrape.target.pod, dialect=reading.dialect, sample_time=scrape.time, gauges=reading.gauges,
+            rates=rates, ttft=_quantiles(buckets or {}), running_mean=running_mean,
+            capacity_tokens=reading.capacity_tokens,
+            series_count=copies if not reading.duplicate else max(copies, 2), counter_reset=reset)
+        return fig, (buckets if buckets and not reset else None)
+
+    def poll(self, expected: Mapping[DeploymentKey, Expected] | None = None,
+             now: float | None = None) -> Snapshot:
+        at = self.clock() if now is None else now
+        scrapes = list(self._pool.map(self._fetch, self.targets))
+        copies: dict[tuple[str, str, str], int] = defaultdict(int)
+        for s in scrapes:
+            copies[(s.target.namespace, s.target.deployment, s.target.pod)] += 1
+        by_key: dict[DeploymentKey, list[_Scrape]] = defaultdict(list)
+        for s in scrapes:
+            by_key[s.target.key].append(s)
+        expected = dict(expected or {})
+        observations: dict[DeploymentKey, Observation] = {}
+        for key in set(by_key) | set(expected):
+            observations[key] = self._observe(key, by_key.get(key, []), expected.get(key), copies, at)
+        for s in scrapes:
+            if s.reading is not None:
+                self._previous[(s.target.namespace, s.target.deployment, s.target.pod)] = s
+        return Snapshot(time=at, observations=observations, queries=len(self.targets), source=self.name)
+
+    def _observe(self, key: DeploymentKey, scrapes: list[_Scrape], expected: Expected | None,
+                 copies: Mapping[tuple[str, str, str], int], at: float) -> Observation:
+        ok = [s for s in scrapes if s.reading is not None]
+        failed = [s for s in scrapes if s.reading is None]
+        if scrapes and not ok:
+            return faulted(key, failed[0].fault, "; ".join(s.message for s in failed[:3]), at)
+        figs: list[PodFigures] = []
+        merged: dict[float, float] = defaultdict(float)
+        complete = True
+        for s in ok:
+            fig, buckets = self._figures(s, copies[(key[0], key[1], s.target.pod)])
+            figs.append(fig)
+            if buckets is None:
+                complete = False
+            else:
+                for le, v in buckets.items():
+                    merged[le] += v
+        pods = {s.target.pod for s in scrapes} | set(expected.pods if expected and expected.pods else ())
+        want = Expected(pods=frozenset(pods), replicas=expected.replicas if expected else None)
+        obs = build_observation(key, figs, want, at, self.stale_after, _quantiles(merged) if complete else {})
+        if failed and obs.fault is MetricsFault.PARTIAL:
+            why = "; ".join(s.message for s in failed[:3])
+            obs = dataclasses.replace(obs, message=f"{obs.message} ({why})")
+        return obs
