@@ -1,0 +1,72 @@
+"""How long one engine step takes, from the performance model.
+
+A step runs every decoding stream one token plus any prefill chunks:
+
+    step = per_pass(B) + context_slope x B x (mean_context - reference_context)
+           + prefill_tokens / prefill_rate
+
+`per_pass(B)` is the model's prediction (fitted line, calibrated napkin or bare napkin) at the
+workload's reference context; the slope term moves it with the streams' actual context, since
+each stream reads its own KV every pass. The slope is the napkin's, scaled by how far the
+prediction sits from the napkin. Values are memoised per batch size: steps repeat a lot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+
+from infertune.model import PerformanceModel, Workload
+
+# Never let the context correction shrink a pass below this share of its reference time.
+MIN_SHARE = 0.5
+
+
+class StepTimer:
+    def __init__(self, perf: PerformanceModel, tp: int, noise: float = 0.0, seed: int = 0) -> None:
+        self.perf = perf
+        self.tp = tp
+        self.noise = noise
+        self._rng = random.Random(seed)
+        self._base: dict[int, float] = {}
+        self.reference_context = perf.decode_context_tokens
+        self.prefill_rate = perf.prefill_rate(tp)
+        self.context_slope = self._context_slope()
+
+    def _context_slope(self) -> float:
+        """Seconds a pass gains per stream per extra token of context."""
+        ref = max(self.reference_context, 1.0)
+        w = self.perf.workload
+        longer = dataclasses.replace(self.perf, workload=Workload(
+            w.fresh_tokens, w.cached_tokens + ref, w.output_tokens, w.ttft_fresh_tokens,
+            w.resident_prefix_tokens))
+        at = self.perf.per_pass(self.tp, 16)
+        napkin_delta = (longer.per_pass(self.tp, 1).napkin_seconds
+                        - self.perf.per_pass(self.tp, 1).napkin_seconds)
+        scale = at.seconds / at.napkin_seconds if at.napkin_seconds > 0 else 1.0
+        return max(napkin_delta, 0.0) / ref * scale
+
+    def base(self, batch: int) -> float:
+        b = max(batch, 1)
+        seconds = self._base.get(b)
+        if seconds is None:
+            seconds = self.perf.per_pass(self.tp, b).seconds
+            self._base[b] = seconds
+        return seconds
+
+    def decode(self, batch: int, mean_context: float) -> float:
+        base = self.base(batch)
+        if batch <= 0:
+            return base
+        corrected = base + self.context_slope * batch * (mean_context - self.reference_context)
+        return max(corrected, MIN_SHARE * base)
+
+    def step(self, batch: int, mean_context: float, prefill_tokens: int) -> float:
+        return self.decode(batch, mean_context) + prefill_tokens / self.prefill_rate
+
+    def jitter(self, steps: int) -> float:
+        """A factor for `steps` identical steps: their summed noise shrinks as 1/sqrt(steps)."""
+        if self.noise <= 0 or steps <= 0:
+            return 1.0
+        return max(0.2, 1.0 + self._rng.gauss(0.0, self.noise) / math.sqrt(steps))
