@@ -1,0 +1,204 @@
+"""Each simulated replica's /metrics, with the real names and types of vLLM (or SGLang).
+
+The families are built per scrape from a snapshot of the replica (a custom prometheus_client
+collector), because the twin's histograms take weighted observations that the client's own
+Histogram cannot. They are rendered with `generate_latest`, the 0.0.4 text format, whatever the
+scraper's Accept header asks: prometheus-client 0.23-0.26 rewrite `vllm:` to `vllm_` under
+OpenMetrics negotiation, and the observers query the colon names. /health answers 200 once the
+model is loaded, 503 before; /metrics is 503 while loading too, as a pod whose server is not up.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from infertune.sim.engine import Engine
+from infertune.sim.records import Histogram, Meters
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    """What a scrape sees of one replica, copied under the fleet's lock."""
+
+    pod: str
+    model_name: str
+    dialect: str
+    ready: bool
+    running: int
+    waiting: int
+    kv_usage: float
+    num_gpu_blocks: int
+    block_size: int
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    meters: Meters
+
+    @staticmethod
+    def of(engine: Engine, ready: bool = True) -> ReplicaView:
+        c = engine.config
+        return ReplicaView(engine.name, c.model_name, c.engine, ready, len(engine.running), len(engine.waiting),
+                           engine.kv_usage, engine.total_blocks, engine.block_size, c.gpu_memory_utilization,
+                           engine.max_num_seqs, copy.deepcopy(engine.meters))
+
+
+def _histogram(name: str, doc: str, labels: dict[str, str], h: Histogram) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=list(labels))
+    fam.add_metric(list(labels.values()), buckets=h.cumulative(), sum_value=h.total)
+    return fam
+
+
+def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name, doc, labels=list(labels))
+    fam.add_metric(list(labels.values()), value)
+    return fam
+
+
+def _counter(name: str, doc: str, labels: dict[str, str], value: float) -> CounterMetricFamily:
+    fam = CounterMetricFamily(name, doc, labels=list(labels))
+    fam.add_metric(list(labels.values()), value)
+    return fam
+
+
+def vllm_families(v: ReplicaView) -> Iterator[Metric]:
+    lab = {"model_name": v.model_name, "engine": "0"}
+    m = v.meters
+    info = {"block_size": str(v.block_size), "num_gpu_blocks": str(v.num_gpu_blocks),
+            "gpu_memory_utilization": str(v.gpu_memory_utilization), "cache_dtype": "auto",
+            "enable_prefix_caching": "True", "engine": "0"}
+    yield _gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", info, 1.0)
+    yield _gauge("vllm:num_requests_running", "Number of requests in model execution batches.", lab, v.running)
+    yield _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", lab, v.waiting)
+    yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", lab, v.kv_usage)
+    yield _counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", lab,
+                   m.preemptions)
+    yield _counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lab, m.prompt_tokens)
+    yield _counter("vllm:generation_tokens", "Number of generation tokens processed.", lab, m.generation_tokens)
+    yield _counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                   lab, m.prefix_queries)
+    yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", lab,
+                   m.prefix_hits)
+    yield _counter("vllm:request_success", "Count of successfully processed requests.",
+                   {**lab, "finished_reason": "stop"}, m.successes)
+    yield _histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lab,
+                     m.ttft)
+    yield _histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", lab,
+                     m.itl)
+    yield _histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", lab,
+                     m.e2e)
+    yield _histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", lab, m.prompt_len)
+    yield _histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", lab,
+                     m.generation_len)
+
+
+def sglang_families(v: ReplicaView) -> Iterator[Metric]:
+    lab = {"model_name": v.model_name}
+    m = v.meters
+    yield _gauge("sglang:token_usage", "The token usage", lab, v.kv_usage)
+    yield _gauge("sglang:num_running_reqs", "The number of running requests", lab, v.running)
+    yield _gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue", lab, v.waiting)
+    yield _gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV pool", lab,
+                 v.num_gpu_blocks * v.block_size)
+    hit = m.prefix_hits / m.prefix_queries if m.prefix_queries else 0.0
+    yield _gauge("sglang:cache_hit_rate", "The prefix cache hit rate", lab, hit)
+    yield _counter("sglang:num_retracted_requests", "Number of retracted requests", lab, m.preemptions)
+    yield _counter("sglang:prompt_tokens", "Number of prefill tokens processed", lab, m.prompt_tokens)
+    yield _counter("sglang:generation_tokens", "Number of generation tokens processed", lab, m.generation_tokens)
+    yield _counter("sglang:cached_tokens", "Number of cached prompt tokens", lab, m.prefix_hits)
+    yield _counter("sglang:num_requests", "Number of requests processed", lab, m.successes)
+    yield _histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lab,
+                     m.ttft)
+    yield _histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", lab,
+                     m.itl)
+    yield _histogram("sglang:e2e_request_latency_seconds", "Histogram of E2E request latency in seconds", lab,
+                     m.e2e)
+
+
+class ReplicaCollector:
+    """A prometheus_client collector over whatever `view()` returns (None: nothing to show)."""
+
+    def __init__(self, view: Callable[[], ReplicaView | None]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        v = self._view()
+        if v is None:
+            return
+        yield from (sglang_families(v) if v.dialect == "sglang" else vllm_families(v))
+
+
+def render(view: ReplicaView) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ReplicaCollector(lambda: view))
+    return generate_latest(registry)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        view = self.server.view()
+        if path not in ("/metrics", "/health"):
+            self._reply(404, b"not found\n", "text/plain")
+        elif view is None or not view.ready:
+            self._reply(503, b"model loading\n", "text/plain")
+        elif path == "/health":
+            self._reply(200, b"", "text/plain")
+        else:
+            self._reply(200, render(view), CONTENT_TYPE_LATEST)
+
+    def _reply(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        return  # scrapes every second would drown the console
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], view: Callable[[], ReplicaView | None]) -> None:
+        super().__init__(address, _Handler)
+        self.view = view
+
+
+class MetricsServer:
+    """Serves one replica's /metrics and /health on its own port (0: any free port)."""
+
+    def __init__(self, view: Callable[[], ReplicaView | None], host: str = "127.0.0.1", port: int = 0) -> None:
+        try:
+            self._server = _Server((host, port), view)
+        except OSError as exc:
+            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self.host = host
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name=f"sim-metrics-{self.port}", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
