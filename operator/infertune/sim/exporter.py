@@ -24,6 +24,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from infertune.sim.engine import Engine
 from infertune.sim.records import Histogram, Meters
@@ -49,9 +50,9 @@ class ReplicaView:
     @staticmethod
     def of(engine: Engine, ready: bool = True) -> ReplicaView:
         c = engine.config
-        return ReplicaView(engine.name, c.model_name, c.engine, ready, len(engine.running), len(engine.waiting),
-                           engine.kv_usage, engine.total_blocks, engine.block_size, c.gpu_memory_utilization,
-                           engine.max_num_seqs, copy.deepcopy(engine.meters))
+        return ReplicaView(engine.name, c.model_name, c.engine, ready, len(engine.running),
+                           len(engine.waiting), engine.kv_usage, engine.total_blocks, engine.block_size,
+                           c.gpu_memory_utilization, engine.max_num_seqs, copy.deepcopy(engine.meters))
 
 
 def _histogram(name: str, doc: str, labels: dict[str, str], h: Histogram) -> HistogramMetricFamily:
@@ -72,35 +73,57 @@ def _counter(name: str, doc: str, labels: dict[str, str], value: float) -> Count
     return fam
 
 
+# (name without _total, help, Meters field) per dialect; names and help as the engines print them.
+_VLLM_COUNTERS = (
+    ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", "preemptions"),
+    ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
+    ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
+    ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+     "prefix_queries"),
+    ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", "prefix_hits"),
+)
+_VLLM_HISTOGRAMS = (
+    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
+    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
+    ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt_len"),
+    ("vllm:request_generation_tokens", "Number of generation tokens processed.", "generation_len"),
+)
+_SGLANG_COUNTERS = (
+    ("sglang:num_retracted_requests", "Number of retracted requests", "preemptions"),
+    ("sglang:prompt_tokens", "Number of prefill tokens processed", "prompt_tokens"),
+    ("sglang:generation_tokens", "Number of generation tokens processed", "generation_tokens"),
+    ("sglang:cached_tokens", "Number of cached prompt tokens", "prefix_hits"),
+    ("sglang:num_requests", "Number of requests processed", "successes"),
+)
+_SGLANG_HISTOGRAMS = (
+    ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
+    ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
+    ("sglang:e2e_request_latency_seconds", "Histogram of E2E request latency in seconds", "e2e"),
+)
+
+
+def _meters(m: Meters, lab: dict[str, str], counters: tuple[tuple[str, str, str], ...],
+            histograms: tuple[tuple[str, str, str], ...]) -> Iterator[Metric]:
+    for name, doc, attr in counters:
+        yield _counter(name, doc, lab, getattr(m, attr))
+    for name, doc, attr in histograms:
+        yield _histogram(name, doc, lab, getattr(m, attr))
+
+
 def vllm_families(v: ReplicaView) -> Iterator[Metric]:
     lab = {"model_name": v.model_name, "engine": "0"}
-    m = v.meters
     info = {"block_size": str(v.block_size), "num_gpu_blocks": str(v.num_gpu_blocks),
             "gpu_memory_utilization": str(v.gpu_memory_utilization), "cache_dtype": "auto",
             "enable_prefix_caching": "True", "engine": "0"}
     yield _gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", info, 1.0)
-    yield _gauge("vllm:num_requests_running", "Number of requests in model execution batches.", lab, v.running)
+    yield _gauge("vllm:num_requests_running", "Number of requests in model execution batches.", lab,
+                 v.running)
     yield _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", lab, v.waiting)
     yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", lab, v.kv_usage)
-    yield _counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", lab,
-                   m.preemptions)
-    yield _counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lab, m.prompt_tokens)
-    yield _counter("vllm:generation_tokens", "Number of generation tokens processed.", lab, m.generation_tokens)
-    yield _counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                   lab, m.prefix_queries)
-    yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", lab,
-                   m.prefix_hits)
     yield _counter("vllm:request_success", "Count of successfully processed requests.",
-                   {**lab, "finished_reason": "stop"}, m.successes)
-    yield _histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lab,
-                     m.ttft)
-    yield _histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", lab,
-                     m.itl)
-    yield _histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", lab,
-                     m.e2e)
-    yield _histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", lab, m.prompt_len)
-    yield _histogram("vllm:request_generation_tokens", "Number of generation tokens processed.", lab,
-                     m.generation_len)
+                   {**lab, "finished_reason": "stop"}, v.meters.successes)
+    yield from _meters(v.meters, lab, _VLLM_COUNTERS, _VLLM_HISTOGRAMS)
 
 
 def sglang_families(v: ReplicaView) -> Iterator[Metric]:
@@ -113,20 +136,10 @@ def sglang_families(v: ReplicaView) -> Iterator[Metric]:
                  v.num_gpu_blocks * v.block_size)
     hit = m.prefix_hits / m.prefix_queries if m.prefix_queries else 0.0
     yield _gauge("sglang:cache_hit_rate", "The prefix cache hit rate", lab, hit)
-    yield _counter("sglang:num_retracted_requests", "Number of retracted requests", lab, m.preemptions)
-    yield _counter("sglang:prompt_tokens", "Number of prefill tokens processed", lab, m.prompt_tokens)
-    yield _counter("sglang:generation_tokens", "Number of generation tokens processed", lab, m.generation_tokens)
-    yield _counter("sglang:cached_tokens", "Number of cached prompt tokens", lab, m.prefix_hits)
-    yield _counter("sglang:num_requests", "Number of requests processed", lab, m.successes)
-    yield _histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lab,
-                     m.ttft)
-    yield _histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", lab,
-                     m.itl)
-    yield _histogram("sglang:e2e_request_latency_seconds", "Histogram of E2E request latency in seconds", lab,
-                     m.e2e)
+    yield from _meters(m, lab, _SGLANG_COUNTERS, _SGLANG_HISTOGRAMS)
 
 
-class ReplicaCollector:
+class ReplicaCollector(Collector):
     """A prometheus_client collector over whatever `view()` returns (None: nothing to show)."""
 
     def __init__(self, view: Callable[[], ReplicaView | None]) -> None:
@@ -183,7 +196,8 @@ class _Server(ThreadingHTTPServer):
 class MetricsServer:
     """Serves one replica's /metrics and /health on its own port (0: any free port)."""
 
-    def __init__(self, view: Callable[[], ReplicaView | None], host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, view: Callable[[], ReplicaView | None], host: str = "127.0.0.1",
+                 port: int = 0) -> None:
         try:
             self._server = _Server((host, port), view)
         except OSError as exc:

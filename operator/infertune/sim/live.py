@@ -28,6 +28,7 @@ API:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Sequence
@@ -62,7 +63,8 @@ class LiveFleet:
         self._wall0 = 0.0
         self._virtual0 = 0.0
         self._closed = False
-        self._initial = list(zip(names or [None] * len(replicas), replicas, strict=True))
+        labels: list[str | None] = list(names) if names is not None else [None] * len(replicas)
+        self._initial = list(zip(labels, replicas, strict=True))
         self.error: BaseException | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -125,7 +127,7 @@ class LiveFleet:
             if port is None:
                 port = self.base_port + len(self._servers) if self.base_port else 0
             try:
-                self._servers[pod] = MetricsServer(lambda p=pod: self.view(p), self.host, port)
+                self._servers[pod] = MetricsServer(functools.partial(self.view, pod), self.host, port)
             except ValueError:
                 self.fleet.remove_replica(pod, drain=False)
                 raise
@@ -174,5 +176,6 @@ class LiveFleet:
             return list(self.fleet.records)
 
     def file_sd(self, namespace: str = "default", deployment: str = "sim") -> list[dict[str, Any]]:
-        return [{"targets": [address], "labels": {"namespace": namespace, "deployment": deployment, "pod": pod}}
+        return [{"targets": [address],
+                 "labels": {"namespace": namespace, "deployment": deployment, "pod": pod}}
                 for pod, address in self.endpoints.items()]
