@@ -96,7 +96,6 @@ def test_one_replica_recreates_and_two_roll_with_peering() -> None:
 
 def test_operator_command_line() -> None:
     assert _args(render()) == [
-        "run",
         "--liveness=http://0.0.0.0:8080/healthz",
         "--metrics-port=9090",
         "--log-format=json",

@@ -1,0 +1,53 @@
+# syntax=docker/dockerfile:1
+# The infertune operator image. Build: docker build -t ghcr.io/infertune/infertune:0.1.0 .
+# Every Python package is pinned by version and sha256 (requirements/*.lock, see requirements/lock.sh).
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+# --- build: the wheel, from locked build tools, without network access to unpinned packages ---
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY requirements/build.lock requirements/build.lock
+RUN python -m pip install --require-hashes --no-deps -r requirements/build.lock
+COPY pyproject.toml README.md ./
+COPY operator ./operator
+RUN python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
+
+# --- deps: the runtime virtualenv, only hashed packages from the lock, then the wheel itself ---
+FROM ${PYTHON_IMAGE} AS deps
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/infertune
+COPY requirements/operator.lock /tmp/operator.lock
+RUN /opt/infertune/bin/pip install --require-hashes --no-deps --only-binary=:all: -r /tmp/operator.lock
+COPY --from=build /wheels /wheels
+# --no-deps: everything it needs is already installed from the lock, hash-checked.
+RUN /opt/infertune/bin/pip install --no-deps /wheels/*.whl \
+ && /opt/infertune/bin/pip uninstall -y pip \
+ && /opt/infertune/bin/python -m compileall -q /opt/infertune
+
+# --- runtime: no compiler, no pip, non-root, nothing written outside /tmp ---
+FROM ${PYTHON_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="infertune" \
+      org.opencontainers.image.description="Keeps LLM inference on the throughput plateau and off the KV-cache cliff" \
+      org.opencontainers.image.source="https://github.com/infertune/infertune" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# The Helm chart mounts an emptyDir at /tmp and sets readOnlyRootFilesystem: everything that wants a
+# writable path (matplotlib's cache, HOME) points there, and no .pyc is written at run time.
+ENV PATH=/opt/infertune/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    TMPDIR=/tmp \
+    MPLCONFIGDIR=/tmp/matplotlib
+RUN groupadd --system --gid 65532 infertune \
+ && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin infertune
+COPY --from=deps /opt/infertune /opt/infertune
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 8080 9090
+# kopf's liveness endpoint; Kubernetes uses the chart's probes, this is for plain `docker run`.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
+# Other commands: docker run --entrypoint infertune IMAGE crds
+ENTRYPOINT ["infertune", "run"]
+CMD ["--liveness=http://0.0.0.0:8080/healthz", "--metrics-port=9090", "--log-format=json"]
