@@ -33,6 +33,22 @@ def test_label_variants_are_summed_and_kv_usage_is_the_fullest_engine() -> None:
     assert not reading.duplicate
 
 
+def test_deprecated_names_beside_new_ones_count_once() -> None:
+    # vLLM 0.10/0.11 keep gpu_cache_usage_perc and time_per_output_token_seconds beside their
+    # replacements; the newer name wins and nothing is counted twice.
+    new = EnginePayload(dialect="vllm", kv_usage=0.5)
+    old = EnginePayload(dialect="vllm-legacy", kv_usage=0.9)
+    for p, itl in ((new, 0.02), (old, 0.05)):
+        p.advance(10, itl_s=itl)
+    legacy_only = "\n".join(line for line in old.text().splitlines()
+                             if "gpu_cache_usage" in line or "time_per_output" in line)
+    reading = parse_payload(new.text() + legacy_only + "\n")
+    assert reading.dialect == "vllm"
+    assert reading.gauges["kv_usage"] == pytest.approx(0.5)
+    assert reading.histograms["itl"].total / reading.histograms["itl"].count == pytest.approx(0.02)
+    assert reading.counters["generation_tokens"] == pytest.approx(new.generation_tokens)
+
+
 def test_a_sample_exposed_twice_is_flagged() -> None:
     text = EnginePayload().text()
     assert parse_payload(text + text).duplicate == "vllm:kv_cache_usage_perc"

@@ -21,7 +21,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from infertune.api.observation import MetricsFault
-from infertune.observe.dialects import dialect_of
+from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation
 from infertune.observe.fitmemory import FitSample
 from infertune.observe.promql import Labels, Query, fit_range_queries, poll_queries
@@ -34,6 +34,7 @@ class SourceError(Exception):
         self.fault = fault
 
 
+_RANK = {name: i for i, name in enumerate(KV_USAGE_DIALECTS)}
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
 
 
@@ -66,6 +67,7 @@ class _PodAccumulator:
     def __init__(self, pod: str) -> None:
         self.pod = pod
         self.dialect: str | None = None
+        self._kv_name = ""
         self.series_count = 1
         self.sample_time: float | None = None
         self.gauges: dict[str, float] = {}
@@ -78,7 +80,10 @@ class _PodAccumulator:
     def absorb(self, query: Query, item: Mapping[str, Any]) -> None:
         metric, value = item["metric"], _value(item)
         if query.key == "identity":
-            self.dialect = dialect_of(metric.get("__name__", "")) or self.dialect
+            # vLLM keeps the deprecated gauge beside the new one for a while: prefer the newer name.
+            name = metric.get("__name__", "")
+            if dialect_of(name) and (self.dialect is None or _RANK[name] < _RANK.get(self._kv_name, 99)):
+                self.dialect, self._kv_name = dialect_of(name), name
             self.series_count = max(self.series_count, int(value))
         elif query.key == "sample_time":
             self.sample_time = value

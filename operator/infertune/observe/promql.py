@@ -7,6 +7,7 @@ does. Dialects are folded into each selector as a `__name__` regex, since a pod 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from infertune.observe import dialects as d
@@ -38,7 +39,9 @@ def _escape(value: str) -> str:
 
 
 def selector(names: str, labels: Labels, namespace: str | None, deployment: str | None) -> str:
-    matchers = [f'__name__=~"{names}"', f'{labels.deployment}!=""']
+    """A series selector; `names` is one metric name or a `|`-separated regex of names."""
+    op = "=~" if "|" in names else "="
+    matchers = [f'__name__{op}"{names}"', f'{labels.deployment}!=""']
     if namespace:
         matchers.append(f'{labels.namespace}="{_escape(namespace)}"')
     if deployment:
@@ -46,13 +49,37 @@ def selector(names: str, labels: Labels, namespace: str | None, deployment: str 
     return "{" + ", ".join(matchers) + "}"
 
 
-def _quantiles(bucket_sel: str, window: str, by: str) -> str:
+def _first(names: tuple[str, ...], template: str, sel: Callable[[str], str]) -> str:
+    """`template` over each name, joined by `or` in order of preference.
+
+    vLLM keeps deprecated names beside their replacements for a release or two, so a regex union
+    would count a figure twice (and rate() over it fails on clashing label sets). `or` keeps, for
+    each pod, only the first name it exports.
+    """
+    return " or ".join(f"({template.format(sel=sel(name))})" for name in names)
+
+
+def _quantiles(bucket_names: tuple[str, ...], sel: Callable[[str], str], window: str, by: str) -> str:
+    inner = _first(bucket_names, f"sum by ({by}, le) (rate({{sel}}[{window}]))", sel)
     parts = [
-        f'label_replace(histogram_quantile({q}, sum by ({by}, le) (rate({bucket_sel}[{window}]))), '
-        f'"quantile", "{q}", "", "")'
+        f'label_replace(histogram_quantile({q}, {inner}), "quantile", "{q}", "", "")'
         for q in d.TTFT_QUANTILES
     ]
     return " or ".join(parts)
+
+
+def _any_reset(window: str, g: str, sel: Callable[[str], str]) -> str:
+    """The most resets any counter of a pod saw in the window. Each counter is tagged before the
+    union so their (otherwise identical) label sets do not clash."""
+    names = [n for fig in d.COUNTERS for n in fig.names]
+    names += [f"{n}_count" for fig in d.HISTOGRAMS for n in fig.names]
+    parts = [f'label_replace(max by ({g}) (resets({sel(n)}[{window}])), "counter", "{n}", "", "")'
+             for n in names]
+    return f"max by ({g}) ({' or '.join(parts)})"
+
+
+_HISTOGRAM_PARTS = {"ttft": ("_count",), "itl": ("_sum", "_count"), "prompt_length": ("_sum", "_count"),
+                    "generation_length": ("_sum", "_count")}
 
 
 def poll_queries(window: str, labels: Labels = Labels(), namespace: str | None = None,
@@ -63,31 +90,30 @@ def poll_queries(window: str, labels: Labels = Labels(), namespace: str | None =
     g = labels.by("pod")
     kv = sel(d.KV_USAGE.regex)
     queries = [
-        # Distinct scrape sources per pod and dialect: two means one pod scraped twice.
+        # Distinct scrape sources per pod and KV gauge name: two means one pod scraped twice.
         Query("identity", f"count by ({g}, __name__) (count by ({g}, __name__, instance, job) ({kv}))",
               "identity"),
         Query("sample_time", f"max by ({g}) (timestamp({kv}))"),
-        Query("kv_usage", f"max by ({g}) ({kv})"),
-        Query("running", f"sum by ({g}) ({sel(d.RUNNING.regex)})"),
-        Query("waiting", f"sum by ({g}) ({sel(d.WAITING.regex)})"),
-        Query("capacity_tokens", f"min by ({g}) ({sel(d.CAPACITY_TOKENS.regex)})"),
+        Query("kv_usage", _first(d.KV_USAGE.names, f"max by ({g}) ({{sel}})", sel)),
+        Query("running", _first(d.RUNNING.names, f"sum by ({g}) ({{sel}})", sel)),
+        Query("waiting", _first(d.WAITING.names, f"sum by ({g}) ({{sel}})", sel)),
+        Query("capacity_tokens", _first(d.CAPACITY_TOKENS.names, f"min by ({g}) ({{sel}})", sel)),
         Query("cache_config", f"max by ({g}, num_gpu_blocks, block_size) ({sel(d.CACHE_CONFIG.regex)})",
               "cache_config"),
-        Query("running_mean", f"sum by ({g}) (avg_over_time({sel(d.RUNNING.regex)}[{window}]))"),
-        Query("resets", f"max by ({g}) (resets({sel(d.all_counter_regex())}[{window}]))"),
+        Query("running_mean",
+              _first(d.RUNNING.names, f"sum by ({g}) (avg_over_time({{sel}}[{window}]))", sel)),
+        Query("resets", _any_reset(window, g, sel)),
     ]
+    rate = f"sum by ({g}) (rate({{sel}}[{window}]))"
     for fig in d.COUNTERS:
-        queries.append(Query(fig.key, f"sum by ({g}) (rate({sel(fig.regex)}[{window}]))"))
-    hist_parts = {"ttft": ("_count",), "itl": ("_sum", "_count"), "prompt_length": ("_sum", "_count"),
-                  "generation_length": ("_sum", "_count")}
+        queries.append(Query(fig.key, _first(fig.names, rate, sel)))
     for fig in d.HISTOGRAMS:
-        for part in hist_parts[fig.key]:
-            names = "|".join(n + part for n in fig.names)
-            queries.append(Query(fig.key + part, f"sum by ({g}) (rate({sel(names)}[{window}]))"))
-    buckets = sel("|".join(n + "_bucket" for n in d.TTFT.names))
-    queries.append(Query("ttft_quantiles", _quantiles(buckets, window, g), "quantile"))
-    queries.append(Query("ttft_quantiles", _quantiles(buckets, window, labels.by("deployment")), "quantile",
-                         "deployment"))
+        for part in _HISTOGRAM_PARTS[fig.key]:
+            queries.append(Query(fig.key + part, _first(tuple(n + part for n in fig.names), rate, sel)))
+    buckets = tuple(n + "_bucket" for n in d.TTFT.names)
+    queries.append(Query("ttft_quantiles", _quantiles(buckets, sel, window, g), "quantile"))
+    queries.append(Query("ttft_quantiles", _quantiles(buckets, sel, window, labels.by("deployment")),
+                         "quantile", "deployment"))
     return tuple(queries)
 
 
@@ -98,12 +124,14 @@ def fit_range_queries(step: str, labels: Labels = Labels(), namespace: str | Non
         return selector(names, labels, namespace, deployment)
 
     g = labels.by("pod")
-    itl_sum = sel("|".join(n + "_sum" for n in d.ITL.names))
-    itl_count = sel("|".join(n + "_count" for n in d.ITL.names))
+    rate = f"sum by ({g}) (rate({{sel}}[{step}]))"
+    itl_sum = _first(tuple(n + "_sum" for n in d.ITL.names), rate, sel)
+    itl_count = tuple(n + "_count" for n in d.ITL.names)
     return (
-        Query("itl_mean",
-              f"sum by ({g}) (rate({itl_sum}[{step}])) / sum by ({g}) (rate({itl_count}[{step}]))"),
-        Query("tokens", f"sum by ({g}) (increase({itl_count}[{step}]))"),
-        Query("running_mean", f"sum by ({g}) (avg_over_time({sel(d.RUNNING.regex)}[{step}]))"),
-        Query("preemptions", f"sum by ({g}) (increase({sel(d.PREEMPTIONS.regex)}[{step}]))"),
+        Query("itl_mean", f"({itl_sum}) / ({_first(itl_count, rate, sel)})"),
+        Query("tokens", _first(itl_count, f"sum by ({g}) (increase({{sel}}[{step}]))", sel)),
+        Query("running_mean", _first(d.RUNNING.names, f"sum by ({g}) (avg_over_time({{sel}}[{step}]))",
+                                     sel)),
+        Query("preemptions", _first(d.PREEMPTIONS.names, f"sum by ({g}) (increase({{sel}}[{step}]))",
+                                    sel)),
     )

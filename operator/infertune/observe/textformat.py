@@ -10,10 +10,19 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from infertune.observe.dialects import dialect_of, figure_for_sample
+from infertune.observe.dialects import (
+    COUNTERS,
+    GAUGES,
+    HISTOGRAMS,
+    KV_USAGE,
+    Figure,
+    dialect_of,
+    figure_for_sample,
+)
 
 
 class PayloadError(ValueError):
@@ -34,25 +43,38 @@ class Reading:
     dialect: str | None = None
     gauges: dict[str, float] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
-    histograms: dict[str, Histogram] = field(default_factory=lambda: defaultdict(Histogram))
+    histograms: dict[str, Histogram] = field(default_factory=dict)
     capacity_tokens: int | None = None
     duplicate: str = ""  # the first sample seen twice, if any
 
 
-def _add_gauge(reading: Reading, key: str, value: float) -> None:
-    if key not in reading.gauges:
-        reading.gauges[key] = value
+_T = TypeVar("_T")
+
+
+def _add_gauge(gauges: dict[str, float], key: str, value: float) -> None:
+    if key not in gauges:
+        gauges[key] = value
     elif key == "kv_usage":
-        reading.gauges[key] = max(reading.gauges[key], value)  # the fullest engine's pool
+        gauges[key] = max(gauges[key], value)  # the fullest engine's pool
     elif key == "capacity_tokens":
-        reading.gauges[key] = min(reading.gauges[key], value)
+        gauges[key] = min(gauges[key], value)
     else:
-        reading.gauges[key] = reading.gauges[key] + value
+        gauges[key] = gauges[key] + value
+
+
+def _preferred(fig: Figure, present: dict[str, dict[str, _T]]) -> dict[str, _T] | None:
+    """vLLM exports deprecated names beside their replacements for a while: take the first listed."""
+    return next((present[name] for name in fig.names if name in present), None)
 
 
 def parse_payload(text: str) -> Reading:
-    reading = Reading()
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    duplicate = ""
+    # Everything is first collected per metric name, then resolved per figure by preference.
+    gauges: dict[str, dict[str, float]] = defaultdict(dict)
+    counters: dict[str, dict[str, float]] = defaultdict(dict)
+    hists: dict[str, dict[str, Histogram]] = defaultdict(dict)
+    capacity: int | None = None
     try:
         families = list(text_string_to_metric_families(text))
     except Exception as exc:  # the parser raises bare ValueError/IndexError/TypeError on bad lines
@@ -60,26 +82,25 @@ def parse_payload(text: str) -> Reading:
     for family in families:
         for sample in family.samples:
             identity = (sample.name, tuple(sorted(sample.labels.items())))
-            if identity in seen and not reading.duplicate:
-                reading.duplicate = sample.name
+            if identity in seen and not duplicate:
+                duplicate = sample.name
             seen.add(identity)
             found = figure_for_sample(sample.name)
             if found is None:
                 continue
             fig, part = found
+            name = sample.name.removesuffix(part) if part else sample.name
             value = float(sample.value)
-            if fig.key == "kv_usage":
-                reading.dialect = reading.dialect or dialect_of(sample.name)
             if fig.kind == "gauge":
-                _add_gauge(reading, fig.key, value)
+                _add_gauge(gauges[name], fig.key, value)
             elif fig.kind == "info":
                 blocks, size = sample.labels.get("num_gpu_blocks", ""), sample.labels.get("block_size", "")
                 if blocks.isdigit() and size.isdigit():
-                    reading.capacity_tokens = int(blocks) * int(size)
+                    capacity = int(blocks) * int(size)
             elif fig.kind == "counter":
-                reading.counters[fig.key] = reading.counters.get(fig.key, 0.0) + value
+                counters[name][fig.key] = counters[name].get(fig.key, 0.0) + value
             else:
-                hist = reading.histograms[fig.key]
+                hist = hists[name].setdefault(fig.key, Histogram())
                 if part == "_sum":
                     hist.total += value
                 elif part == "_count":
@@ -88,6 +109,20 @@ def parse_payload(text: str) -> Reading:
                     le = float(sample.labels.get("le", "nan"))
                     if not math.isnan(le):
                         hist.buckets[le] = hist.buckets.get(le, 0.0) + value
+    reading = Reading(duplicate=duplicate, capacity_tokens=capacity)
+    reading.dialect = next((dialect_of(n) for n in KV_USAGE.names if n in gauges), None)
+    for fig in GAUGES:
+        chosen = _preferred(fig, gauges)
+        if chosen is not None:
+            reading.gauges[fig.key] = chosen[fig.key]
+    for fig in COUNTERS:
+        chosen_c = _preferred(fig, counters)
+        if chosen_c is not None:
+            reading.counters[fig.key] = chosen_c[fig.key]
+    for fig in HISTOGRAMS:
+        chosen_h = _preferred(fig, hists)
+        if chosen_h is not None:
+            reading.histograms[fig.key] = chosen_h[fig.key]
     if reading.capacity_tokens is None and "capacity_tokens" in reading.gauges:
         cap = reading.gauges["capacity_tokens"]
         reading.capacity_tokens = int(cap) if math.isfinite(cap) else None
