@@ -15,6 +15,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "infertune.commands.fit",
     "infertune.commands.crds",
     "infertune.commands.render",
+    "infertune.commands.simulate",
 )
 
 

@@ -200,10 +200,13 @@ class Engine:
         """
         while self.clock < limit and not self.finished and not self.idle:
             self._step(limit)
-        if self.idle and self.clock < limit:
-            self._sample_until(limit)
         done, self.finished = self.finished, []
         return done
+
+    def sample_idle_until(self, t: float) -> None:
+        """Records the samples of an idle stretch up to `t` (the fleet calls it once no work can come)."""
+        if self.idle:
+            self._sample_until(t)
 
     def _sample_until(self, t: float) -> None:
         if self.sample_interval is None:
@@ -324,13 +327,14 @@ class Engine:
         if dec.count:
             m.generation_tokens += steps * dec.count
             m.itl.observe(dt, steps * dec.count)
+        # Samples inside the stretch see the batch as it ran, not as it is after the finishes.
+        self._sample_until(self.clock)
         for req, n in chunks:
             req.computed += n
             if req.computed >= req.tokens:
                 self._start_decoding(req)
         self._finish_due()
         self._evict_to_fit()
-        self._sample_until(self.clock)
 
     def _start_decoding(self, req: _Request) -> None:
         self.prefilling.remove(req)

@@ -239,6 +239,8 @@ class Fleet:
             else:
                 self._flush_gateway(event)
         self.now = max(self.now, horizon)
+        for replica in self.replicas.values():
+            replica.engine.sample_idle_until(horizon)
         self._retire_drained()
         return self.records[start:]
 
