@@ -41,7 +41,8 @@ def _replica_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=8, help="tensor-parallel size (default 8)")
     p.add_argument("--max-num-seqs", type=int, default=256)
     p.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    p.add_argument("--num-gpu-blocks", type=int, default=None, help="KV pool in 16-token blocks (default: model)")
+    p.add_argument("--num-gpu-blocks", type=int, default=None,
+                   help="KV pool in 16-token blocks (default: the capacity model)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     p.add_argument("--fit", default=None, metavar="A_MS,B_MS",
                    help="per-pass line a + b*B in ms for this TP (seed 000: 5.2,1.65); default: the napkin")
@@ -192,7 +193,8 @@ def run_replay(args: argparse.Namespace) -> int:
     queries = sum(x.prefix_queries for x in m)
     makespan = max((r.finish for r in records), default=0.0)
     result = {
-        "trace": args.trace, "requests": len(rows), "completed": len(records), "rejected": len(fleet.rejected),
+        "trace": args.trace, "requests": len(rows), "completed": len(records),
+        "rejected": len(fleet.rejected),
         "replicas": args.replicas, "virtual_seconds": makespan,
         "output_tps": summary.get("output_tokens", 0) / makespan if makespan else 0.0,
         "preemptions": sum(x.preemptions for x in m),

@@ -1,0 +1,143 @@
+"""Traffic: seed 000's coding-agent shape, arrival processes, and trace replay with strict parsing."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+from pathlib import Path
+
+import pytest
+
+from infertune.cli import main
+from infertune.sim import (
+    Fleet,
+    OpenSessions,
+    ReplicaConfig,
+    RequestRecord,
+    TraceError,
+    TraceReplay,
+    load_trace,
+    shape,
+    window,
+)
+from infertune.sim.traffic import bursty, diurnal, poisson
+
+AZURE = Path("/work/shared/data/azure-llm-inference-trace-2023-code.csv")
+if not AZURE.exists():  # the repo's own copy, on machines without ../shared
+    AZURE = Path(__file__).resolve().parents[2] / "../shared/data/azure-llm-inference-trace-2023-code.csv"
+
+
+def turns(name: str, n: int = 20_000) -> list[tuple[int, int, int]]:
+    """(fresh, cached prefix, output) of n consecutive turns, finishing each at once."""
+    src = OpenSessions(shape(name), poisson(1.0, random.Random(1)), seed=2)
+    last: dict[str, int] = {}
+    out = []
+    for _ in range(n):
+        spec = src.pop()
+        prev = last.get(spec.session, 0)
+        out.append((spec.prompt_tokens - prev, prev, spec.output_tokens))
+        last[spec.session] = spec.prompt_tokens + spec.output_tokens
+        src.on_finish(RequestRecord(spec, "r", spec.arrival + 1, spec.arrival + 2, 0, 0))
+    return out
+
+
+def test_coding_agent_turns_look_like_seed_000() -> None:
+    t = turns("coding-agent")
+    fresh = statistics.mean(x[0] for x in t)
+    cached = statistics.mean(x[1] for x in t)
+    output = statistics.mean(x[2] for x in t)
+    assert 11_700 < fresh < 14_300  # ~13K
+    assert 64_000 < cached < 78_000  # ~71K
+    assert 950 < output < 1_160  # ~1K
+    assert 8_000 < statistics.median(x[0] for x in t) < 11_000  # seed's TTFT median ~9.4K
+    assert 0.78 < cached / (cached + fresh) < 0.88  # 83.5% of input cached
+
+
+def test_chat_is_short() -> None:
+    t = turns("chat", 5_000)
+    assert statistics.mean(x[0] + x[1] for x in t) < 4_000
+    assert 300 < statistics.mean(x[2] for x in t) < 500
+
+
+@pytest.mark.parametrize("process", [poisson, bursty, diurnal])
+def test_arrival_processes_keep_their_mean_rate(process) -> None:  # type: ignore[no-untyped-def]
+    times = list(itertools.takewhile(lambda t: t < 86_400, process(0.5, random.Random(7))))
+    assert 0.45 < len(times) / 86_400 < 0.55
+    assert times == sorted(times)
+
+
+def test_bursty_and_diurnal_vary_where_poisson_does_not() -> None:
+    def spread(gen) -> float:  # type: ignore[no-untyped-def]
+        counts = [0] * 24
+        for t in itertools.takewhile(lambda t: t < 86_400, gen):
+            counts[int(t // 3600)] += 1
+        return max(counts) / max(min(counts), 1)
+
+    assert spread(poisson(0.5, random.Random(1))) < 1.3
+    assert spread(diurnal(0.5, random.Random(1))) > 2.5
+    per_minute = [0] * 1440
+    for t in itertools.takewhile(lambda t: t < 86_400, bursty(0.5, random.Random(1))):
+        per_minute[int(t // 60)] += 1
+    assert max(per_minute) > 3 * 30  # bursts run at several times the mean of 30 a minute
+
+
+def test_the_azure_trace_replays_end_to_end() -> None:
+    rows = load_trace(AZURE)
+    assert len(rows) == 8819
+    fleet = Fleet(TraceReplay(rows, rate_multiplier=2.0))
+    fleet.add_replica(ReplicaConfig(model="kimi-k2.6", gpu="b200", tp=8, workload="chat"))
+    fleet.run_until(rows[-1].offset / 2 + 600)
+    assert len(fleet.records) == 8819 and not fleet.rejected
+    assert sorted(r.spec.prompt_tokens for r in fleet.records) == sorted(max(r.context_tokens, 1) for r in rows)
+    assert max(r.spec.arrival for r in fleet.records) == pytest.approx(rows[-1].offset / 2)
+
+
+def test_window_and_rate_multiplier() -> None:
+    rows = window(load_trace(AZURE), start=600, duration=300)
+    assert rows and all(0 <= r.offset < 300 for r in rows)
+    replay = TraceReplay(rows, rate_multiplier=3.0)
+    times = [replay.pop().arrival for _ in range(len(rows))]
+    assert max(times) < 100.0
+
+
+MALFORMED = {
+    "bad timestamp": ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.1,10,2\nyesterday,5,1\n",
+                      ":3: TIMESTAMP 'yesterday'"),
+    "negative tokens": ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10,2\n2.0,10,2\n3.0,-4,2\n",
+                        ":4: ContextTokens is negative"),
+    "missing column": ("TIMESTAMP,ContextTokens\n1.0,10\n", ":1: missing column(s) GeneratedTokens"),
+    "short row": ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10\n", ":2: expected 3 fields"),
+    "not a number": ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,ten,2\n", ":2: ContextTokens 'ten'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_traces_name_the_line(case: str, tmp_path: Path) -> None:
+    text, message = MALFORMED[case]
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_trace(path)
+
+
+def test_replay_command_rejects_a_bad_trace_and_writes_nothing(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "trace.csv"
+    path.write_text(MALFORMED["negative tokens"][0])
+    records = tmp_path / "records.csv"
+    code = main(["simulate", "replay", "--trace", str(path), "--records", str(records)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and ":4: ContextTokens is negative" in err and "Traceback" not in err
+    assert not records.exists()
+
+
+def test_replay_command_writes_every_record(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    records = tmp_path / "records.csv"
+    code = main(["simulate", "replay", "--trace", str(AZURE), "--window", "120", "--records", str(records),
+                 "--output", "json", "--workload", "chat"])
+    out = capsys.readouterr().out
+    assert code == 0
+    n = len(window(load_trace(AZURE), 0, 120))
+    assert f'"completed": {n}' in out
+    assert len(records.read_text().splitlines()) == n + 1
