@@ -42,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `infertune plan ... | head` closed the pipe early: not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

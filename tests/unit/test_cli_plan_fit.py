@@ -60,7 +60,7 @@ def test_an_sla_nobody_meets_is_infeasible_and_says_by_how_much(capsys):
     (["plan", "--fit", "5.2"], "--fit: expected INTERCEPT_MS,SLOPE_MS"),
 ])
 def test_bad_flags_are_one_clear_line(capsys, argv, message):
-    code, out, err = run(capsys, *argv)
+    code, _, err = run(capsys, *argv)
     assert code == 2 and message in err and "Traceback" not in err and err.count("\n") == 1
 
 

@@ -76,7 +76,7 @@ def test_napkin_calibrated_at_one_point_predicts_batch_8_and_32_within_25_percen
 
 
 def test_per_stream_tps_at_36_8_ms_is_27():
-    assert 1 / 0.0368 == pytest.approx(27, abs=0.5)
+    assert pytest.approx(27, abs=0.5) == 1 / 0.0368
     perf = PerformanceModel(KIMI, B200, CODING, measured_points={8: (16, 0.0368)})
     assert perf.predict(8, 16).per_stream_tps == pytest.approx(27, abs=0.5)
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from infertune.cli import UserError
 from infertune.commands._inputs import parse_int_list, read_samples, resolve_model
+from infertune.commands.render import resolve_file
 from infertune.model import FitError, LinearFit, Workload, fit_per_pass, load_gpu, workload_preset
 from infertune.planner import Candidate, Plan, PlanRequest, SloTarget, plan
 
@@ -21,7 +23,9 @@ SHOWN_CONCURRENCY = {1, 2, 4, 8, 12, 16, 24, 32, 36, 40, 48, 64, 96, 128, 192, 2
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("plan", help="choose TP, max concurrency and replicas for an SLA")
-    p.add_argument("-f", "--filename", help="an InferenceDeployment YAML instead of the flags below")
+    p.add_argument("-f", "--file", type=Path, help="an InferenceDeployment YAML instead of the flags below")
+    p.add_argument("--policy", type=Path, help="with -f: the ServingPolicy YAML its policyRef names")
+    p.add_argument("--config-json", type=Path, help="with -f: config.json for a spec.model.configMapRef")
     p.add_argument("--model", default="kimi-k2.6", help="catalog name or a Hugging Face config.json")
     p.add_argument("--gpu", default="b200")
     p.add_argument("--tp", default="1,2,4,8", help="allowed tensor-parallel sizes")
@@ -79,10 +83,9 @@ def _fits(args: argparse.Namespace) -> dict[int, LinearFit]:
 
 
 def request_from_args(args: argparse.Namespace) -> PlanRequest:
-    if args.filename:
-        from infertune.commands._deployment_file import plan_request_from_file
-
-        return plan_request_from_file(args.filename)
+    if args.file:
+        _, resolved = resolve_file(args)
+        return resolved.request
     if not 0.0 <= args.kv_headroom < 1.0:
         raise UserError("--kv-headroom must be in [0, 1)")
     if args.max_concurrency < 1:

@@ -67,6 +67,6 @@ __all__ = [
     "safe_concurrency",
     "unique_experts",
     "weight_bytes",
-    "workload_preset",
     "working_set_tokens",
+    "workload_preset",
 ]

@@ -18,7 +18,6 @@ import numpy.typing as npt
 from infertune.model.catalog import GpuSpec, ModelProfile
 from infertune.model.kv import kv_bytes_per_token_total
 
-
 # Batch sizes may be one float or an array of them: the planner evaluates a whole grid at once.
 Batch = TypeVar("Batch", float, npt.NDArray[np.float64])
 

@@ -68,7 +68,8 @@ def check_metrics_fresh(ctx: _Context) -> Check:
         return _hold("metrics", obs.fault.value, obs.message or "the metrics source is not trusted")
     age = ctx.now - obs.sample_time
     if age > ctx.rails.stale_after_s:
-        return _hold("metrics", "MetricsStale", f"newest sample is {age:.0f} s old (limit {ctx.rails.stale_after_s:.0f} s)")
+        limit = ctx.rails.stale_after_s
+        return _hold("metrics", "MetricsStale", f"newest sample is {age:.0f} s old (limit {limit:.0f} s)")
     return _ok("metrics", "MetricsFresh")
 
 

@@ -54,7 +54,9 @@ def effective_workload(base: Workload, observation: Observation | None) -> Workl
         cached = prompt * base.cached_fraction
     cached = min(max(cached, 0.0), prompt)
     fresh = prompt - cached
-    median_ratio = (base.ttft_fresh_tokens / base.fresh_tokens) if base.ttft_fresh_tokens and base.fresh_tokens else None
+    median_ratio = None
+    if base.ttft_fresh_tokens and base.fresh_tokens:
+        median_ratio = base.ttft_fresh_tokens / base.fresh_tokens
     return replace(
         base, fresh_tokens=fresh, cached_tokens=cached, output_tokens=generated,
         ttft_fresh_tokens=fresh * median_ratio if median_ratio is not None else None,
@@ -102,10 +104,8 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
     tps = table.per_stream_tps[feasible]
     served = replicas * rate
     # Rank: can serve the demand, then fewest GPUs, then $/token, then faster streams, then smaller TP.
-    if serves.any():
-        order = np.lexsort((tp, -tps, cost, fleet, ~serves))
-    else:
-        order = np.lexsort((tp, -tps, cost, -served))
+    keys = (tp, -tps, cost, fleet, ~serves) if serves.any() else (tp, -tps, cost, -served)
+    order = np.lexsort(keys)
     best = int(order[0])
     row = int(feasible[best])
     choice = table.row(row)
