@@ -99,3 +99,14 @@ def test_a_bad_row_names_its_line(capsys, tmp_path):
     csv.write_text("batch,latency\n4,11.8\n")
     code, _, err = run(capsys, "fit", "--samples", str(csv))
     assert code == 2 and "per_pass_ms" in err
+
+
+def test_plan_from_an_inference_deployment_file(capsys, monkeypatch):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # the example's policyRef resolves under policies/
+    code, out, _ = run(capsys, "plan", "-f", "examples/kimi-k2.6-b200.yaml", "--output", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["choice"]["tensor_parallel_size"] in (4, 8)
+    assert not (doc["choice"]["tensor_parallel_size"] == 8 and doc["choice"]["max_num_seqs"] >= 36)
