@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import requests
+import urllib3
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
@@ -42,9 +43,15 @@ def classify(exc: BaseException, url: str) -> SourceError:
     """Maps a client exception to the fault a user can act on."""
     if isinstance(exc, SourceError):
         return exc
-    if isinstance(exc, requests.exceptions.Timeout):
+    if isinstance(exc, ValueError):  # requests' JSONDecodeError is a RequestException too: test first
+        return SourceError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
+    # Without retries urllib3's own errors surface unwrapped; NewConnectionError subclasses its
+    # TimeoutError, so it is tested first.
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        return SourceError(MetricsFault.UNREACHABLE, f"cannot reach {url}: connection refused")
+    if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
         return SourceError(MetricsFault.TIMEOUT, f"{url} did not answer within the timeout")
-    if isinstance(exc, requests.exceptions.RequestException):
+    if isinstance(exc, requests.exceptions.RequestException | urllib3.exceptions.HTTPError | OSError):
         return SourceError(MetricsFault.UNREACHABLE, f"cannot reach {url}: {type(exc).__name__}")
     if isinstance(exc, PrometheusApiClientException):
         match = _STATUS.search(str(exc))
@@ -133,7 +140,9 @@ class PrometheusSource:
         session.verify = ca_path if ca_path else not insecure
         headers = {"Authorization": f"Bearer {token}"} if token else None
         self.client = PrometheusConnect(self.url, headers=headers, session=session, timeout=timeout,
-                                        retry=Retry(total=0, raise_on_status=False))
+                                        # False, not 0: with 0 urllib3 wraps a read timeout in a
+                                        # MaxRetryError that requests reports as ConnectionError.
+                                        retry=Retry(total=False))
         self.queries = poll_queries(window, labels, namespace, deployment)
 
     def close(self) -> None:
