@@ -36,6 +36,7 @@ MAX_STRETCH = 1 << 20
 class _Request:
     spec: RequestSpec
     key: str  # prefix-cache key: the session, or the request itself
+    seq: int  # arrival order at this replica; breaks ties deterministically
     tokens: int  # tokens to hold before decoding: the prompt plus any output before a preemption
     computed: int = 0  # tokens with KV, while prefilling
     blocks: int = 0  # blocks held, while prefilling
@@ -188,7 +189,7 @@ class Engine:
             return False
         self._seq += 1
         key = spec.session or f"\x00req-{self.name}-{self._seq}"
-        self.waiting.append(_Request(spec, key, spec.prompt_tokens))
+        self.waiting.append(_Request(spec, key, self._seq, spec.prompt_tokens))
         self.meters.arrivals += 1
         return True
 
@@ -351,7 +352,7 @@ class Engine:
         req.base = req.tokens - self.counter
         self.decoders.add(req.base)
         req.done_at = self.counter + req.spec.output_tokens - req.out
-        heapq.heappush(self._finish_heap, (req.done_at, id(req), req))
+        heapq.heappush(self._finish_heap, (req.done_at, req.seq, req))
         # A one-token answer (or a preempted one already complete) finishes right here.
 
     def _finish_due(self) -> None:
