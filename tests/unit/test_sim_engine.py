@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import pytest
 
 from infertune.model import LinearFit, PerformanceModel, Workload, load_gpu, load_model
-from infertune.sim import Engine, Fleet, ReplicaConfig, RequestSpec, SessionShape, shape
+from infertune.sim import Engine, Fleet, OpenSessions, ReplicaConfig, RequestSpec, SessionShape, shape
 from infertune.sim.sweep import SweepRow, sweep
-from infertune.sim.traffic import ClosedLoop
+from infertune.sim.traffic import ClosedLoop, poisson
 
 SEED_FIT = {8: LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)}
 KIMI = ReplicaConfig(model="kimi-k2.6", gpu="b200", tp=8, fits=SEED_FIT)
@@ -171,3 +172,41 @@ def test_closed_loop_fleet_holds_its_concurrency() -> None:
     samples = fleet.replicas[name].engine.samples[30:]
     assert max(s.running + s.waiting for s in samples) <= 12
     assert sum(s.running for s in samples) / len(samples) > 9  # think time 0: nearly all in flight
+
+
+def test_replica_config_reads_a_pods_vllm_flags() -> None:
+    config = ReplicaConfig.from_args(["vllm", "serve", "m", "--tensor-parallel-size", "4", "--max-num-seqs=12",
+                                      "--num-gpu-blocks-override", "900", "--port", "8000"])
+    assert (config.tp, config.max_num_seqs, config.num_gpu_blocks) == (4, 12, 900)
+    with pytest.raises(ValueError, match="--max-num-seqs: 'many'"):
+        ReplicaConfig.from_args(["--max-num-seqs", "many"])
+
+
+def test_requests_wait_at_the_gateway_while_the_model_loads() -> None:
+
+    fleet = Fleet(OpenSessions(shape("chat"), poisson(1.0, random.Random(0))))
+    fleet.add_replica(ReplicaConfig(model="llama-3.1-8b", gpu="h100", tp=1, workload="chat",
+                                    load_delay_seconds=30.0))
+    fleet.run_until(29.0)
+    assert fleet.gateway and not fleet.records
+    fleet.run_until(120.0)
+    assert fleet.records and min(r.first_token for r in fleet.records) >= 30.0
+
+
+def test_a_stopped_replica_drains_and_an_abrupt_stop_reroutes() -> None:
+
+    small = ReplicaConfig(model="llama-3.1-8b", gpu="h100", tp=1, workload="chat")
+    fleet = Fleet(OpenSessions(shape("chat"), poisson(3.0, random.Random(0))), router="round-robin")
+    a, b = fleet.add_replica(small), fleet.add_replica(small)
+    fleet.run_until(20.0)
+    held = fleet.replicas[a].engine.outstanding
+    assert held > 0
+    fleet.remove_replica(a)  # drain
+    assert fleet.replicas[a].draining
+    fleet.run_until(200.0)
+    assert a not in fleet.replicas and {r.replica for r in fleet.records[-20:]} == {b}
+    fleet.remove_replica(b, drain=False)
+    assert fleet.gateway  # its requests wait for another replica, not lost
+    c = fleet.add_replica(small)
+    fleet.run_until(400.0)
+    assert any(r.replica == c for r in fleet.records)
