@@ -1,0 +1,128 @@
+"""One tuning cycle for one resource, as a pure function: observation -> plan -> guardrails -> the
+mode's action -> the new status. The kopf timer wraps it with I/O; the benchmark calls it directly."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from infertune.actuate.request import Resolved, pinned
+from infertune.actuate.workload import selector_string
+from infertune.api.conditions import (
+    Condition,
+    ConditionType,
+    ConditionUpdate,
+    Reason,
+    merge_conditions,
+)
+from infertune.api.observation import Observation
+from infertune.controller import status as st
+from infertune.model import LinearFit
+from infertune.planner import Decision, Plan, decide, next_state, plan
+from infertune.planner.types import Layout
+
+Event = tuple[str, str, str]  # (type, reason, message)
+_WARN_WHEN_FALSE = {ConditionType.SLO_MET.value, ConditionType.CACHE_HEADROOM.value,
+                    ConditionType.METRICS_AVAILABLE.value, ConditionType.READY.value}
+
+
+@dataclass(frozen=True)
+class CycleInput:
+    namespace: str
+    name: str
+    generation: int | None
+    paused: bool
+    resolved: Resolved
+    status: Mapping[str, Any]
+    observation: Observation | None
+    fits: Mapping[int, LinearFit]
+    now: float
+
+
+@dataclass(frozen=True)
+class CycleOutcome:
+    plan: Plan
+    decision: Decision
+    apply: Layout | None  # the layout to apply now (Auto mode only), None to leave the workload be
+    action: str  # what the operator did: the decision's action, or Hold when the mode held it
+    reason: str
+    status: dict[str, Any]
+    events: tuple[Event, ...]
+
+
+def _mode_action(inp: CycleInput, decision: Decision) -> tuple[str, str, str, Layout | None]:
+    """(action, reason, message, layout to apply) for the resource's mode."""
+    spec = inp.resolved.spec
+    wanted = decision.target is not None
+    if inp.paused:
+        return ("Hold" if wanted else decision.action.value), Reason.PAUSED.value, \
+            "infertune.io/paused is \"true\"; holding", None
+    if spec.tuning.mode == "Off":
+        return ("Hold" if wanted else decision.action.value), Reason.TUNING_OFF.value, \
+            "spec.tuning.mode is Off; holding", None
+    if spec.tuning.mode == "Recommend":
+        reason = Reason.RECOMMENDED.value if wanted else decision.reason
+        return ("Hold" if wanted else decision.action.value), reason, decision.message, None
+    target = pinned(decision.target, spec) if decision.target is not None else None
+    return decision.action.value, decision.reason, decision.message, target
+
+
+def _condition_events(old: list[Condition], new: list[Condition]) -> list[Event]:
+    before = {c.type: c.status for c in old}
+    events = []
+    for c in new:
+        if before.get(c.type) != c.status and c.status != "Unknown":
+            kind = "Warning" if c.status == "False" and c.type in _WARN_WHEN_FALSE else "Normal"
+            events.append((kind, c.reason, f"{c.type}={c.status}: {c.message}"))
+    return events
+
+
+def run_cycle(inp: CycleInput) -> CycleOutcome:
+    request = inp.resolved.request
+    if inp.fits:
+        request = replace(request, fits=dict(inp.fits))
+    state = st.state_from_status(inp.status)
+    the_plan = plan(request, inp.observation, inp.now)
+    decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)
+    action, reason, message, target = _mode_action(inp, decision)
+    new_state = next_state(state, decision, request.guardrails, applied=target is not None)
+    if target is not None:
+        new_state = replace(new_state, applied=target)
+
+    status: dict[str, Any] = dict(inp.status)
+    applied = status.get("applied")
+    if target is not None:
+        applied = {"tensorParallelSize": target.tensor_parallel_size, "maxNumSeqs": target.max_num_seqs,
+                   "replicas": target.replicas,
+                   "workloadKind": "LeaderWorkerSet" if target.tensor_parallel_size > inp.resolved.gpu.gpus_per_node
+                   else "Deployment", "appliedAt": st.iso(inp.now)}
+        status["applied"], status["replicas"] = applied, target.replicas
+    obs, slo = inp.observation, request.slo
+    updates = [
+        st.metrics_condition(obs), st.slo_condition(obs, slo), st.headroom_condition(obs, request.kv_headroom),
+        ConditionUpdate(ConditionType.PROGRESSING.value, "True" if target else "False",
+                        Reason.ROLLING_OUT.value if target else (reason if action == "Hold" else Reason.STABLE.value),
+                        message if target or action == "Hold" else "no change"),
+        ConditionUpdate(ConditionType.READY.value, "True" if applied else "False",
+                        Reason.APPLIED.value if applied else Reason.FIRST_VISIT.value,
+                        "the workload is applied" if applied else "no workload applied yet"),
+        ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value, "the spec is valid"),
+    ]
+    old = [Condition.from_wire(c) for c in inp.status.get("conditions", [])]
+    conditions = merge_conditions(old, updates, st.iso(inp.now), inp.generation)
+    status["conditions"] = [c.wire() for c in conditions]
+    status["observedGeneration"] = inp.generation
+    status["selector"] = selector_string(inp.name)
+    status["recommendation"] = st.recommendation(the_plan, decision)
+    status["observed"] = st.observed(obs, slo)
+    fit = st.fitted(request.fits, (st.layout_of(applied) or Layout(0, 0, 0)).tensor_parallel_size)
+    if fit is not None:
+        status["fit"] = fit
+    status["decisions"] = st.log_decision(list(inp.status.get("decisions", [])), inp.now, action, reason, message)
+    status["guardrails"] = st.state_to_status(new_state)
+    events = _condition_events(old, conditions)
+    if target is not None:
+        events.append(("Normal", reason, f"applying TP{target.tensor_parallel_size} max-num-seqs "
+                                         f"{target.max_num_seqs} x{target.replicas}: {message}"))
+    return CycleOutcome(the_plan, decision, target, action, reason, status, tuple(events))

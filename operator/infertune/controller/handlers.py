@@ -1,0 +1,224 @@
+"""The kopf handlers, kept thin: gather -> decide -> apply -> report. Everything they decide comes
+from `cycle.run_cycle` (pure) and `actuate` (builders); here are only I/O and kopf's error protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+import structlog
+import urllib3
+
+from infertune.actuate.apply import KubeApiError
+from infertune.actuate.request import SpecError, pinned, starting_layout
+from infertune.actuate.workload import Owner, desired_objects, selector_string
+from infertune.api.conditions import (
+    Condition,
+    ConditionType,
+    ConditionUpdate,
+    Reason,
+    initial_conditions,
+    merge_conditions,
+)
+from infertune.api.policy import POLICY_PLURAL
+from infertune.api.quantities import parse_duration
+from infertune.api.spec import GROUP, PLURAL, VERSION
+from infertune.controller.context import OperatorContext
+from infertune.controller.cycle import CycleInput, run_cycle
+from infertune.controller.status import iso, layout_of
+from infertune.observe.figures import Expected
+from infertune.planner.types import Layout
+
+PAUSED = "infertune.io/paused"
+RESOURCE = {"group": GROUP, "version": VERSION, "plural": PLURAL}
+log = structlog.get_logger("infertune.controller")
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=dict)) if value is not None else {}
+
+
+def _policies(index: Any) -> Mapping[str, Any]:
+    """kopf's index maps a key to a store of values; one ServingPolicy per name."""
+    return {name: next(iter(store)) for name, store in index.items() if len(store)}
+
+
+def _changed(current: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in new.items() if current.get(k) != v}
+
+
+def _write_status(patch: kopf.Patch, current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Patches only the fields that differ: an unchanged status is never written."""
+    diff = _changed(current, new)
+    for key, value in diff.items():
+        patch.status[key] = value
+    return bool(diff)
+
+
+def _invalid(patch: kopf.Patch, body: Any, status: Mapping[str, Any], message: str, now: float,
+             generation: int | None) -> None:
+    old = [Condition.from_wire(c) for c in status.get("conditions", [])] or initial_conditions(iso(now), generation)
+    conditions = merge_conditions(old, [
+        ConditionUpdate(ConditionType.INVALID_SPEC.value, "True", Reason.INVALID_SPEC.value, message),
+        ConditionUpdate(ConditionType.READY.value, "False", Reason.INVALID_SPEC.value, message),
+    ], iso(now), generation)
+    new = {"conditions": [c.wire() for c in conditions], "observedGeneration": generation}
+    if _write_status(patch, status, new):
+        kopf.event(body, type="Warning", reason=Reason.INVALID_SPEC.value, message=message[:1000])
+
+
+async def _apply(ctx: OperatorContext, objects: list[dict[str, Any]]) -> bool:
+    """Applies each object unless unchanged; maps API failures onto kopf's retry protocol."""
+    changed = False
+    try:
+        for obj in objects:
+            changed |= await asyncio.to_thread(ctx.kube.apply_if_changed, obj)
+    except KubeApiError as exc:
+        if exc.conflict or exc.status == 429 or exc.status >= 500:
+            raise kopf.TemporaryError(f"apply: {exc}", delay=2) from None
+        raise kopf.PermanentError(f"apply rejected: {exc}") from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise kopf.TemporaryError(f"apply: the API server is unreachable: {exc}", delay=5) from None
+    return changed
+
+
+def _paused(meta: Mapping[str, Any]) -> bool:
+    return str((meta.get("annotations") or {}).get(PAUSED, "")).lower() == "true"
+
+
+def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+        settings.persistence.finalizer = "infertune.io/finalizer"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="infertune.io")
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix="infertune.io", key="last-handled-configuration")
+        settings.posting.level = logging.WARNING  # our own Events carry the reasons; not kopf's chatter
+        settings.peering.name = "infertune"
+        ctx: OperatorContext = memo.ctx
+        if ctx.source is not None:
+            memo.poller = asyncio.create_task(ctx.poll_forever())
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(memo: Any, **_: Any) -> None:
+        poller = getattr(memo, "poller", None)
+        if poller is not None:
+            poller.cancel()
+
+    @kopf.index(GROUP, VERSION, POLICY_PLURAL, registry=registry, id="policies")
+    def policies(name: str, spec: Any, **_: Any) -> dict[str, Any]:
+        return {name: _plain(dict(spec))}
+
+    @kopf.on.resume(**RESOURCE, registry=registry, id="converge")
+    @kopf.on.create(**RESOURCE, registry=registry, id="converge")
+    @kopf.on.update(**RESOURCE, registry=registry, id="converge", field="spec")
+    async def converge(body: Any, meta: Any, namespace: str, name: str, uid: str, patch: kopf.Patch,
+                       memo: Any, policies: Any, **_: Any) -> None:
+        """Renders and applies the workload for the current (or starting) layout; sets every condition."""
+        ctx: OperatorContext = memo.ctx
+        key, now, generation = (namespace, name), ctx.clock(), meta.get("generation")
+        status = _plain(dict(body.get("status") or {}))
+        logger = log.bind(namespace=namespace, name=name)
+        with ctx.telemetry.reconcile.time():
+            try:
+                resolved = await ctx.resolve(key, _plain(dict(body["spec"])), generation, _policies(policies))
+            except (SpecError, ValueError) as exc:
+                logger.warning("invalid spec", error=str(exc))
+                _invalid(patch, body, status, str(exc), now, generation)
+                raise kopf.PermanentError(str(exc)) from None
+            applied = layout_of(status.get("applied"))
+            held = applied is not None and (_paused(meta) or resolved.spec.tuning.mode == "Off")
+            if applied is None:
+                layout, _ = starting_layout(resolved, now)
+            else:
+                layout = pinned(applied, resolved.spec)
+            changed = False
+            if not held:
+                objects = desired_objects(Owner(name, namespace, uid), resolved.spec, layout,
+                                          resolved.gpu.gpus_per_node)
+                changed = await _apply(ctx, objects)
+            ctx.expected[key] = Expected(replicas=layout.replicas)
+            old = [Condition.from_wire(c) for c in status.get("conditions", [])] or initial_conditions(
+                iso(now), generation)
+            conditions = merge_conditions(old, [
+                ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value, "the spec is valid"),
+                ConditionUpdate(ConditionType.READY.value, "True", Reason.APPLIED.value, "the workload is applied"),
+                ConditionUpdate(ConditionType.PROGRESSING.value, "True" if changed else "False",
+                                Reason.ROLLING_OUT.value if changed else Reason.STABLE.value,
+                                "applied a changed workload" if changed else "the workload is up to date"),
+            ], iso(now), generation)
+            new = {"conditions": [c.wire() for c in conditions], "observedGeneration": generation,
+                   "selector": selector_string(name), "replicas": layout.replicas,
+                   "applied": _applied(layout, resolved.gpu.gpus_per_node, status.get("applied"), now, changed)}
+            _write_status(patch, status, new)
+            if changed:
+                logger.info("workload applied", tp=layout.tensor_parallel_size, max_num_seqs=layout.max_num_seqs,
+                            replicas=layout.replicas)
+                kopf.event(body, type="Normal", reason=Reason.APPLIED.value,
+                           message=f"TP{layout.tensor_parallel_size} max-num-seqs {layout.max_num_seqs} "
+                                   f"x{layout.replicas}")
+
+    @kopf.timer(**RESOURCE, registry=registry, interval=cycle_seconds, initial_delay=cycle_seconds,
+                id="tune")
+    async def tune(body: Any, meta: Any, namespace: str, name: str, uid: str, patch: kopf.Patch, memo: Any,
+                   policies: Any, **_: Any) -> None:
+        """One tuning cycle: observation -> fit -> plan -> guardrails -> act per mode -> report."""
+        ctx: OperatorContext = memo.ctx
+        key, now, generation = (namespace, name), ctx.clock(), meta.get("generation")
+        status = _plain(dict(body.get("status") or {}))
+        if not status.get("applied"):
+            return  # the create/resume handler has not applied a workload yet
+        try:
+            resolved = await ctx.resolve(key, _plain(dict(body["spec"])), generation, _policies(policies))
+        except (SpecError, ValueError) as exc:
+            _invalid(patch, body, status, str(exc), now, generation)
+            return  # the workload stays as it is; the condition says why
+        if not ctx.due(key, parse_duration(resolved.spec.tuning.interval), now):
+            return
+        with ctx.telemetry.reconcile.time():
+            obs = ctx.observation(key)
+            applied = layout_of(status.get("applied"))
+            memory = ctx.fit_memories.setdefault(key, _new_memory())
+            if obs is not None and obs.available and applied is not None and obs.fit_samples:
+                memory.add(applied.tensor_parallel_size, obs.fit_samples, now)
+            outcome = run_cycle(CycleInput(namespace, name, generation, _paused(meta), resolved, status, obs,
+                                           memory.fits(), now))
+            if outcome.apply is not None:
+                objects = desired_objects(Owner(name, namespace, uid), resolved.spec, outcome.apply,
+                                          resolved.gpu.gpus_per_node)
+                await _apply(ctx, objects)
+                ctx.expected[key] = Expected(replicas=outcome.apply.replicas)
+            _write_status(patch, status, outcome.status)
+            ctx.telemetry.record(namespace, name, outcome, obs, now)
+            for kind, reason, message in outcome.events:
+                kopf.event(body, type=kind, reason=reason, message=message[:1000])
+            log.bind(namespace=namespace, name=name).info(
+                "cycle", action=outcome.action, reason=outcome.reason,
+                recommended=None if outcome.decision.recommended is None else str(outcome.decision.recommended))
+
+    @kopf.on.delete(**RESOURCE, registry=registry, optional=True, id="forget")
+    async def forget(namespace: str, name: str, memo: Any, **_: Any) -> None:
+        """Owner references let the garbage collector remove the workload; only memory is ours."""
+        memo.ctx.forget((namespace, name))
+
+    return registry
+
+
+def _new_memory() -> Any:
+    from infertune.observe.fitmemory import FitMemory
+
+    return FitMemory()
+
+
+def _applied(layout: Layout, gpus_per_node: int, current: Mapping[str, Any] | None, now: float,
+             changed: bool) -> dict[str, Any]:
+    kind = "LeaderWorkerSet" if layout.tensor_parallel_size > gpus_per_node else "Deployment"
+    stamp = iso(now) if changed or not current else current.get("appliedAt", iso(now))
+    return {"tensorParallelSize": layout.tensor_parallel_size, "maxNumSeqs": layout.max_num_seqs,
+            "replicas": layout.replicas, "workloadKind": kind, "appliedAt": stamp}

@@ -1,0 +1,165 @@
+"""Status pieces from one cycle's observation, plan and decision: conditions, the recommendation,
+observed figures, the fitted model and the decision log. Pure; `cycle` assembles them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
+from infertune.api.observation import Observation
+from infertune.api.status import MAX_DECISIONS
+from infertune.model import LinearFit
+from infertune.planner import Decision, Plan, PlannerState
+from infertune.planner.types import Layout, PlanRequest, SloTarget
+
+# A replica whose KV use reaches this, or that preempts, is past the cliff, not just short of headroom.
+CLIFF_USAGE = 0.98
+
+
+def iso(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def observed_ttft(obs: Observation, slo: SloTarget) -> float | None:
+    by_percentile = {50: obs.ttft_p50_seconds, 95: obs.ttft_p95_seconds, 99: obs.ttft_p99_seconds}
+    nearest = min(by_percentile, key=lambda p: abs(p - slo.ttft_percentile))
+    return by_percentile[nearest]
+
+
+def stream_tps(obs: Observation) -> float | None:
+    itl = obs.mean_inter_token_seconds
+    return None if itl is None or itl <= 0 else 1.0 / itl
+
+
+def metrics_condition(obs: Observation | None) -> ConditionUpdate:
+    kind = ConditionType.METRICS_AVAILABLE.value
+    if obs is None:
+        return ConditionUpdate(kind, "Unknown", Reason.WAITING_FOR_METRICS.value, "no metrics snapshot yet")
+    if obs.available:
+        return ConditionUpdate(kind, "True", obs.fault.value, f"{len(obs.replicas)} replica(s) reporting")
+    return ConditionUpdate(kind, "False", obs.fault.value, obs.message or "metrics are not trusted")
+
+
+def slo_condition(obs: Observation | None, slo: SloTarget) -> ConditionUpdate:
+    kind = ConditionType.SLO_MET.value
+    if slo.min_stream_tps is None and slo.max_ttft_seconds is None:
+        return ConditionUpdate(kind, "True", Reason.NO_SLO.value, "no SLO set")
+    if obs is None or not obs.available:
+        return ConditionUpdate(kind, "Unknown", Reason.WAITING_FOR_METRICS.value, "no trusted metrics")
+    misses, known = [], 0
+    ttft, tps = observed_ttft(obs, slo), stream_tps(obs)
+    if slo.max_ttft_seconds is not None and ttft is not None:
+        known += 1
+        if ttft > slo.max_ttft_seconds:
+            misses.append(f"TTFT p{slo.ttft_percentile} {ttft:.2f} s > {slo.max_ttft_seconds:g} s")
+    if slo.min_stream_tps is not None and tps is not None:
+        known += 1
+        if tps < slo.min_stream_tps:
+            misses.append(f"{tps:.1f} tok/s per stream < {slo.min_stream_tps:g}")
+    if misses:
+        return ConditionUpdate(kind, "False", Reason.SLO_MISSED.value, "; ".join(misses))
+    if not known:
+        return ConditionUpdate(kind, "Unknown", Reason.WAITING_FOR_METRICS.value, "no TTFT or decode figures")
+    return ConditionUpdate(kind, "True", Reason.SLO_MET.value, "within the SLO")
+
+
+def headroom_condition(obs: Observation | None, headroom: float) -> ConditionUpdate:
+    kind = ConditionType.CACHE_HEADROOM.value
+    if obs is None or not obs.available or obs.kv_usage is None:
+        return ConditionUpdate(kind, "Unknown", Reason.WAITING_FOR_METRICS.value, "no KV usage figure")
+    line = 1.0 - headroom
+    usage = obs.kv_usage
+    if usage >= CLIFF_USAGE or (obs.preemption_rate or 0.0) > 0:
+        return ConditionUpdate(kind, "False", Reason.PAST_CLIFF.value,
+                               f"KV {usage:.0%} full, {obs.preemption_rate or 0:.2f} preemptions/s")
+    if usage > line:
+        return ConditionUpdate(kind, "False", Reason.HEADROOM_LOW.value, f"KV {usage:.0%} full, line {line:.0%}")
+    return ConditionUpdate(kind, "True", Reason.HEADROOM_OK.value, f"KV {usage:.0%} full, line {line:.0%}")
+
+
+def recommendation(plan: Plan, decision: Decision) -> dict[str, Any]:
+    layout, choice = plan.layout, plan.choice or plan.closest
+    out: dict[str, Any] = {"feasible": plan.feasible, "reason": decision.reason, "message": plan.reason[:1000]}
+    if layout is not None:
+        out |= {"tensorParallelSize": layout.tensor_parallel_size, "maxNumSeqs": layout.max_num_seqs,
+                "replicas": layout.replicas}
+    if choice is not None:
+        predictions = {
+            "streamTokensPerSecond": _r(choice.per_stream_tps, 2), "ttftSeconds": _r(choice.ttft_seconds),
+            "kvWorkingSetPercent": round(choice.kv_working_set_fraction * 100)
+            if math.isfinite(choice.kv_working_set_fraction) else None,
+            "cliffConcurrency": _r(choice.cliff_concurrency, 1),
+            "costPerMillionTokens": _r(choice.cost_per_million_tokens, 4), "region": choice.region.value,
+        }
+        out["predictions"] = {k: v for k, v in predictions.items() if v is not None}
+    out["neededGpus"] = plan.needed_gpus
+    out["capacityShortfallGpus"] = plan.capacity_shortfall_gpus
+    return out
+
+
+def observed(obs: Observation | None, slo: SloTarget) -> dict[str, Any]:
+    if obs is None:
+        return {"metricsAvailable": False}
+    out: dict[str, Any] = {"metricsAvailable": obs.available, "sampleTime": iso(obs.sample_time)}
+    if not obs.available:
+        return out
+    figures = {
+        "kvUsagePercent": None if obs.kv_usage is None else round(obs.kv_usage * 100),
+        "ttftSeconds": _r(observed_ttft(obs, slo)), "streamTokensPerSecond": _r(stream_tps(obs), 2),
+        "running": _r(obs.running, 2), "waiting": _r(obs.waiting, 2), "requestsPerSecond": _r(obs.arrival_rate),
+    }
+    return out | {k: v for k, v in figures.items() if v is not None}
+
+
+def fitted(fits: Mapping[int, LinearFit], tp: int | None) -> dict[str, Any] | None:
+    fit = fits.get(tp) if tp is not None else None
+    if fit is None:
+        return None
+    return {"tensorParallelSize": tp, "interceptMs": round(fit.intercept_s * 1000, 3),
+            "slopeMs": round(fit.slope_s * 1000, 4), "r2": round(fit.r2, 4), "samples": fit.samples}
+
+
+def log_decision(log: list[dict[str, Any]], now: float, action: str, reason: str, message: str) -> list[dict[str, Any]]:
+    """Appends only a new kind of decision, so a steady state does not rewrite status every cycle."""
+    if log and (log[-1].get("action"), log[-1].get("reason")) == (action, reason):
+        return log
+    return [*log, {"time": iso(now), "action": action, "reason": reason, "message": message[:500]}][-MAX_DECISIONS:]
+
+
+def layout_of(raw: Mapping[str, Any] | None) -> Layout | None:
+    if not raw:
+        return None
+    try:
+        return Layout(int(raw["tensorParallelSize"]), int(raw["maxNumSeqs"]), int(raw["replicas"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def state_from_status(status: Mapping[str, Any]) -> PlannerState:
+    memory = status.get("guardrails") or {}
+    recent = tuple((float(t), int(r)) for t, r in memory.get("recentRecommendations", []) if t is not None)
+    return PlannerState(
+        applied=layout_of(status.get("applied")), last_scale_up_at=memory.get("lastScaleUpAt"),
+        last_scale_down_at=memory.get("lastScaleDownAt"), last_relayout_at=memory.get("lastRelayoutAt"),
+        recent_recommendations=recent,
+    )
+
+
+def state_to_status(state: PlannerState) -> dict[str, Any]:
+    out: dict[str, Any] = {"recentRecommendations": [[round(t, 1), r] for t, r in state.recent_recommendations]}
+    for key, value in (("lastScaleUpAt", state.last_scale_up_at), ("lastScaleDownAt", state.last_scale_down_at),
+                       ("lastRelayoutAt", state.last_relayout_at)):
+        if value is not None:
+            out[key] = round(value, 1)
+    return out
+
+
+def headroom_of(request: PlanRequest) -> float:
+    return request.kv_headroom

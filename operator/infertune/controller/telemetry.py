@@ -1,0 +1,82 @@
+"""The operator's own /metrics (prometheus-client), on a registry of its own so that several
+operators in one process (tests) do not collide. Names are the project's fixed contract."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from infertune.api.observation import Observation
+from infertune.controller.cycle import CycleOutcome
+
+LABELS = ("namespace", "name")
+_GAUGES = {
+    "kv_headroom_ratio": "1 - predicted working set / KV capacity of the fullest replica",
+    "time_to_cliff_seconds": "Seconds until the working set reaches the KV capacity (+Inf when not approaching)",
+    "kv_usage_ratio": "Observed KV cache use, max over replicas",
+    "observed_ttft_p95_seconds": "Observed TTFT p95",
+    "observed_stream_tps": "Observed per-stream decode tokens/s",
+    "slo_max_ttft_seconds": "The SLO's TTFT limit",
+    "slo_min_stream_tps": "The SLO's per-stream decode floor",
+    "capacity_shortfall_gpus": "GPUs the plan needs beyond the pool",
+    "metrics_available": "1 when the metrics are trusted",
+    "metrics_age_seconds": "Age of the newest sample",
+    "replicas": "Applied replicas",
+    "tensor_parallel_size": "Applied tensor-parallel size",
+    "max_num_seqs": "Applied max concurrency per replica",
+    "fit_r2": "R^2 of the fitted per-pass line at the applied TP",
+    "fit_samples": "Samples behind the fitted line",
+}
+
+
+@dataclass
+class Telemetry:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.gauges = {k: Gauge(f"infertune_{k}", doc, LABELS, registry=self.registry) for k, doc in _GAUGES.items()}
+        self.decisions = Counter("infertune_decisions", "Decisions by action and reason",
+                                 (*LABELS, "action", "reason"), registry=self.registry)
+        self.reconcile = Histogram("infertune_reconcile_duration_seconds", "Seconds per reconcile or cycle",
+                                   registry=self.registry,
+                                   buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, registry=self.registry)
+
+    def _set(self, key: str, ns: str, name: str, value: float | None) -> None:
+        if value is None:
+            # Absent, not zero: a missing figure must not draw a flat line at 0 on a dashboard.
+            self.gauges[key].remove(ns, name) if (ns, name) in self._children(key) else None
+        else:
+            self.gauges[key].labels(ns, name).set(value)
+
+    def _children(self, key: str) -> set[tuple[str, ...]]:
+        return set(self.gauges[key]._metrics)  # prometheus-client keeps no public list of label sets
+
+    def record(self, ns: str, name: str, outcome: CycleOutcome, obs: Observation | None, now: float) -> None:
+        self.decisions.labels(ns, name, outcome.action, outcome.reason).inc()
+        status, choice = outcome.status, outcome.plan.choice
+        applied = status.get("applied") or {}
+        self._set("replicas", ns, name, applied.get("replicas"))
+        self._set("tensor_parallel_size", ns, name, applied.get("tensorParallelSize"))
+        self._set("max_num_seqs", ns, name, applied.get("maxNumSeqs"))
+        self._set("capacity_shortfall_gpus", ns, name, outcome.plan.capacity_shortfall_gpus)
+        slo = outcome.plan.table
+        self._set("slo_max_ttft_seconds", ns, name, slo.max_ttft_seconds)
+        self._set("slo_min_stream_tps", ns, name, slo.min_stream_tps)
+        headroom = None if choice is None else 1.0 - choice.kv_working_set_fraction
+        self._set("kv_headroom_ratio", ns, name, headroom)
+        available = obs is not None and obs.available
+        self._set("metrics_available", ns, name, 1.0 if available else 0.0)
+        self._set("metrics_age_seconds", ns, name, None if obs is None else max(now - obs.sample_time, 0.0))
+        self._set("kv_usage_ratio", ns, name, obs.kv_usage if available and obs else None)
+        self._set("observed_ttft_p95_seconds", ns, name, obs.ttft_p95_seconds if available and obs else None)
+        itl = obs.mean_inter_token_seconds if available and obs else None
+        self._set("observed_stream_tps", ns, name, 1.0 / itl if itl else None)
+        self._set("time_to_cliff_seconds", ns, name, math.inf if headroom is None or headroom > 0 else 0.0)
+        fit = status.get("fit") or {}
+        self._set("fit_r2", ns, name, fit.get("r2"))
+        self._set("fit_samples", ns, name, fit.get("samples"))
