@@ -6,10 +6,10 @@ from __future__ import annotations
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from infertune.model.perf import Region  # noqa: E402
-from infertune.planner import Plan, PlanRequest  # noqa: E402
+from infertune.model.perf import Region
+from infertune.planner import Plan, PlanRequest
 
 REGION_COLOURS = {Region.CLIMB: "#d8f0d8", Region.BEND: "#fff2c8", Region.PLATEAU: "#dde8f8", Region.CLIFF: "#f8d4d4"}
 
@@ -40,7 +40,7 @@ def plot_plan(result: Plan, request: PlanRequest, path: str) -> None:
         ch = result.choice
         ax_agg.plot([ch.max_num_seqs], [ch.output_tps], "o", ms=12, mfc="none", mec="k", mew=2, label="choice")
         ax_stream.plot([ch.max_num_seqs], [ch.per_stream_tps], "o", ms=12, mfc="none", mec="k", mew=2)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=col) for col in REGION_COLOURS.values()]
+    handles = [Rectangle((0, 0), 1, 1, color=col) for col in REGION_COLOURS.values()]
     ax_stream.legend(handles + ax_stream.get_legend_handles_labels()[0],
                      [f"{r.value} (TP{focus_tp})" for r in REGION_COLOURS] + ax_stream.get_legend_handles_labels()[1],
                      fontsize=8, ncol=2)
