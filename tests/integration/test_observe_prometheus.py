@@ -3,6 +3,7 @@ and one test per fault a user would see (the Prometheus-side half of issue 5's f
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import threading
@@ -208,3 +209,18 @@ def test_non_json_answer_is_malformed() -> None:
     finally:
         server.close()
     assert snap.fault is MetricsFault.MALFORMED
+
+
+def test_observe_command_prints_every_deployment_and_exits_1_on_faults(scene: Scene, capsys) -> None:
+    from infertune.cli import main
+    assert main(["observe", "--source", "prometheus", "--url", scene.prom.url, "--window", WINDOW,
+                 "--output", "json"]) == 1  # the nan/dup deployments are faulted
+    data = json.loads(capsys.readouterr().out)
+    by_name = {d["deployment"]: d for d in data["deployments"]}
+    assert set(by_name) == set(SCENARIO)
+    assert by_name["healthy"]["available"] and len(by_name["healthy"]["replicas"]) == 2
+    assert by_name["nan"]["fault"] == "NaNValues"
+    assert main(["observe", "--source", "prometheus", "--url", scene.prom.url, "--window", WINDOW,
+                 "--namespace", "ns", "--deployment", "healthy"]) == 0
+    out = capsys.readouterr().out
+    assert "ns/healthy" in out and "healthy-1" in out and "ns/nan" not in out

@@ -73,10 +73,14 @@ def _mean_generated(rates: Mapping[str, float | None]) -> float | None:
     return _ratio(rates.get("generation_tokens"), rates.get("completions"))
 
 
-def _request_rate(rates: Mapping[str, float | None]) -> float | None:
-    """Requests per second that reached prefill: the denominator of per-request means."""
-    return rates.get("prompt_length_count") if rates.get("prompt_length_count") is not None \
-        else rates.get("completions")
+def _cached(rates: Mapping[str, float | None]) -> float | None:
+    """Mean cached prompt tokens: the prompt times the token hit rate. Dividing hits by requests
+    would mix admissions (hits, recomputes included) with completions (the prompt histogram)."""
+    prompt = _mean_prompt(rates)
+    hit = _ratio(rates.get("prefix_hits"), rates.get("prefix_queries"))
+    if prompt is not None and hit is not None:
+        return prompt * hit
+    return _ratio(rates.get("prefix_hits"), rates.get("completions"))  # SGLang: no query counter
 
 
 _RATE_KEYS = ("preemptions", "prompt_tokens", "generation_tokens", "prefix_queries", "prefix_hits",
@@ -95,7 +99,7 @@ def replica_observation(fig: PodFigures) -> ReplicaObservation:
         arrival_rate=rates["ttft_count"],
         completion_rate=rates["completions"],
         mean_prompt_tokens=_mean_prompt(rates),
-        mean_cached_tokens=_ratio(rates["prefix_hits"], _request_rate(rates)),
+        mean_cached_tokens=_cached(rates),
         mean_generated_tokens=_mean_generated(rates),
         ttft_p50_seconds=_finite(fig.ttft.get(0.5)),
         ttft_p95_seconds=_finite(fig.ttft.get(0.95)),
@@ -190,7 +194,7 @@ def build_observation(key: DeploymentKey, figs: Sequence[PodFigures], expected: 
         arrival_rate=rates["ttft_count"],
         completion_rate=rates["completions"],
         mean_prompt_tokens=_mean_prompt(rates),
-        mean_cached_tokens=_ratio(rates["prefix_hits"], _request_rate(rates)),
+        mean_cached_tokens=_cached(rates),
         mean_generated_tokens=_mean_generated(rates),
         ttft_p50_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[0])),
         ttft_p95_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[1])),

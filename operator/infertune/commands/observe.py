@@ -1,0 +1,197 @@
+"""`infertune observe`: what the operator sees, per deployment and per replica, plus the fit.
+
+This is how a user debugs "why did it decide that": the same sources, queries and fault rules
+the controller uses, printed. Exit code 0 when every deployment shown is trusted, 1 when any is
+not (the reason is in the output), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from infertune.api.observation import Observation, ReplicaObservation
+from infertune.cli import UserError
+from infertune.model.early_warning import CliffWarning, PressurePoint, cliff_warning
+from infertune.observe import (
+    FitMemory,
+    PodsSource,
+    PodTarget,
+    PrometheusSource,
+    Snapshot,
+    fit_to_dict,
+    observation_to_dict,
+    pressure_point,
+)
+from infertune.observe.prometheus import SourceError
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "observe", help="print what the operator observes: per deployment, per replica, and the fit")
+    p.add_argument("--source", choices=("prometheus", "pods"), required=True)
+    p.add_argument("--url", help="Prometheus base URL (--source prometheus)")
+    p.add_argument("--targets", help="host:port[,...] or ns/deployment/pod=host:port (--source pods)")
+    p.add_argument("--namespace", help="only this namespace (pods: the namespace of --targets)")
+    p.add_argument("--deployment", help="only this deployment (pods: the deployment of --targets)")
+    p.add_argument("--window", default="1m", help="rate window, a Prometheus duration (default 1m)")
+    p.add_argument("--interval", type=float, default=5.0,
+                   help="pods: seconds between the two scrapes rates come from (0: gauges only)")
+    p.add_argument("--fit-history", default="30m",
+                   help="prometheus: how far back the per-pass fit looks (e.g. 30m, 2h; 0 disables)")
+    p.add_argument("--token-file", help="file holding a bearer token for Prometheus")
+    p.add_argument("--ca", help="CA bundle to verify Prometheus' TLS certificate")
+    p.add_argument("--insecure", action="store_true", help="skip TLS verification")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.set_defaults(func=run)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _seconds(text: str, flag: str) -> float:
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
+        raise UserError(f"{flag}: expected a duration like 30s, 5m or 2h, got {text!r}")
+    return int(text[:-1]) * _UNITS[text[-1]]
+
+
+def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
+    if args.timeout <= 0:
+        raise UserError("--timeout must be > 0")
+    if args.source == "prometheus":
+        if not args.url or "://" not in args.url:
+            raise UserError("--url: a Prometheus URL like http://prometheus:9090 is required")
+        _seconds(args.window, "--window")
+        token = None
+        if args.token_file:
+            token = Path(args.token_file).read_text().strip()
+            if not token:
+                raise UserError(f"--token-file: {args.token_file} is empty")
+        if args.ca and not Path(args.ca).is_file():
+            raise UserError(f"--ca: {args.ca} is not a file")
+        return PrometheusSource(args.url, token=token, ca_path=args.ca, insecure=args.insecure,
+                                timeout=args.timeout, window=args.window, namespace=args.namespace,
+                                deployment=args.deployment)
+    if not args.targets:
+        raise UserError("--targets: at least one host:port is required with --source pods")
+    if args.interval < 0:
+        raise UserError("--interval must be >= 0")
+    targets = [PodTarget.parse(t, args.namespace or "default", args.deployment or "default")
+               for t in args.targets.split(",") if t.strip()]
+    return PodsSource(targets, timeout=args.timeout)
+
+
+def _fits(source: PrometheusSource | PodsSource, snap: Snapshot, history: float) -> dict[tuple[str, str], Any]:
+    """One fit per deployment on its current layout (the observer does not know the TP)."""
+    samples: dict[tuple[str, str], list[Any]] = {k: list(o.fit_samples) for k, o in snap.observations.items()}
+    if isinstance(source, PrometheusSource) and history > 0 and snap.available:
+        try:
+            for key, found in source.fit_history(snap.time - history, snap.time, source.window).items():
+                samples.setdefault(key, []).extend(found)
+        except SourceError:
+            pass  # the fit is a bonus here; the snapshot already says what is wrong
+    out = {}
+    for key, found in samples.items():
+        memory = FitMemory(max_samples=256)
+        memory.add(0, found, snap.time)
+        out[key] = (memory.fit(0), len(memory.samples(0)))
+    return out
+
+
+def _warning(obs: Observation) -> CliffWarning:
+    point = pressure_point(obs) if obs.available else PressurePoint(obs.sample_time)
+    return cliff_warning([point], obs.sample_time, obs.preemption_rate)
+
+
+def run(args: argparse.Namespace) -> int:
+    source = _source(args)
+    history = _seconds(args.fit_history, "--fit-history")
+    try:
+        snap = source.poll()
+        if isinstance(source, PodsSource) and args.interval > 0:
+            time.sleep(args.interval)
+            snap = source.poll()
+        fits = _fits(source, snap, history)
+    finally:
+        source.close()
+    keys = sorted(k for k in snap.observations
+                  if (not args.namespace or k[0] == args.namespace)
+                  and (not args.deployment or k[1] == args.deployment))
+    if args.namespace and args.deployment and not keys:
+        keys = [(args.namespace, args.deployment)]  # say why it is missing rather than print nothing
+    observations = [snap.get(*k) for k in keys]
+    if args.output == "json":
+        print(json.dumps(_as_json(snap, observations, fits), indent=2))
+    else:
+        _print(snap, observations, fits)
+    trusted = snap.available and all(o.available for o in observations)
+    return 0 if trusted else 1
+
+
+def _as_json(snap: Snapshot, observations: list[Observation], fits: dict[Any, Any]) -> dict[str, Any]:
+    deployments = []
+    for obs in observations:
+        fit, n = fits.get((obs.namespace, obs.deployment), (None, 0))
+        w = _warning(obs)
+        data = observation_to_dict(obs)
+        data["fit"] = fit_to_dict(fit) if fit is not None else None
+        data["fit_window_samples"] = n
+        data["cache_headroom"] = {
+            "reason": w.reason.value, "headroom_ratio": w.headroom_ratio, "message": w.message,
+            "time_to_cliff_seconds": None if math.isinf(w.time_to_cliff_seconds) else w.time_to_cliff_seconds,
+        }
+        deployments.append(data)
+    return {"source": snap.source, "time": snap.time, "queries": snap.queries,
+            "fault": snap.fault.value, "message": snap.message, "deployments": deployments}
+
+
+def _f(value: float | None, fmt: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value * scale, fmt)
+
+
+def _print(snap: Snapshot, observations: list[Observation], fits: dict[Any, Any]) -> None:
+    console = Console(width=150)
+    console.print(f"source {snap.source}: {snap.queries} queries, "
+                  f"{'ok' if snap.available else f'{snap.fault.value}: {snap.message}'}")
+    if not observations and snap.available:
+        console.print("no deployments with engine metrics found")
+    for obs in observations:
+        state = "MetricsAvailable" if obs.available else f"{obs.fault.value}: {obs.message}"
+        age = max(0.0, snap.time - obs.sample_time)
+        console.print(f"\n[bold]{obs.namespace}/{obs.deployment}[/bold]  dialect {obs.dialect}  "
+                      f"{len(obs.replicas)} replicas  sample age {age:.0f}s  {state}")
+        if not obs.replicas:
+            continue
+        table = Table("pod", "running", "waiting", "KV %", "KV cap tok", "preempt/s", "req/s", "TTFT p50",
+                      "TTFT p95", "TTFT p99", "ITL ms", "prefix hit %")
+        rows: list[ReplicaObservation | Observation] = [*obs.replicas, obs]
+        for r in rows:
+            name = r.pod if isinstance(r, ReplicaObservation) else "all"
+            table.add_row(name, _f(r.running, ".0f"), _f(r.waiting, ".0f"), _f(r.kv_usage, ".1f", 100),
+                          _f(r.kv_capacity_tokens, ",.0f"), _f(r.preemption_rate, ".2f"),
+                          _f(r.arrival_rate, ".2f"), _f(r.ttft_p50_seconds, ".2f"), _f(r.ttft_p95_seconds, ".2f"),
+                          _f(r.ttft_p99_seconds, ".2f"), _f(r.mean_inter_token_seconds, ".1f", 1e3),
+                          _f(r.prefix_hit_rate, ".0f", 100))
+        console.print(table)
+        console.print(f"mean request: prompt {_f(obs.mean_prompt_tokens, ',.0f')}, cached "
+                      f"{_f(obs.mean_cached_tokens, ',.0f')}, generated {_f(obs.mean_generated_tokens, ',.0f')} "
+                      f"tokens; completions {_f(obs.completion_rate, '.2f')}/s")
+        fit, n = fits.get((obs.namespace, obs.deployment), (None, 0))
+        if fit is None:
+            console.print(f"fit: not enough clean windows yet ({n} samples)")
+        else:
+            console.print(f"fit: per_pass(B) = {fit.intercept_s * 1e3:.2f} ms + {fit.slope_s * 1e3:.3f} ms x B "
+                          f"(R² {fit.r2:.3f}, {fit.samples} samples, B {fit.batch_min:.0f}..{fit.batch_max:.0f})")
+        w = _warning(obs)
+        console.print(f"cache headroom: {w.reason.value} ({w.message})")
