@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "infertune.commands.crds",
     "infertune.commands.render",
     "infertune.commands.simulate",
+    "infertune.commands.observe",
 )
 
 
