@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from infertune.actuate.apply import client_from_environment
-from infertune.api.observation import Observation, ReplicaObservation
+from infertune.api.observation import Observation
 from infertune.controller import OperatorContext, build_registry
 from infertune.observe.snapshot import Snapshot
 

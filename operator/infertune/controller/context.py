@@ -61,7 +61,7 @@ class OperatorContext:
 
     def forget(self, key: Key) -> None:
         for store in (self.expected, self.fit_memories, self._resolved, self._last_cycle):
-            store.pop(key, None)  # type: ignore[attr-defined]
+            store.pop(key, None)
 
     async def resolve(self, key: Key, spec: Mapping[str, Any], generation: Any,
                       policies: Mapping[str, Any]) -> Resolved:

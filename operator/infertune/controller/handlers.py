@@ -34,7 +34,6 @@ from infertune.observe.figures import Expected
 from infertune.planner.types import Layout
 
 PAUSED = "infertune.io/paused"
-RESOURCE = {"group": GROUP, "version": VERSION, "plural": PLURAL}
 log = structlog.get_logger("infertune.controller")
 
 
@@ -44,7 +43,7 @@ def _plain(value: Any) -> Any:
 
 def _policies(index: Any) -> Mapping[str, Any]:
     """kopf's index maps a key to a store of values; one ServingPolicy per name."""
-    return {name: next(iter(store)) for name, store in index.items() if len(store)}
+    return {} if index is None else {name: next(iter(store)) for name, store in index.items() if len(store)}
 
 
 def _changed(current: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,7 +93,7 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     @kopf.on.startup(registry=registry)
-    async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    async def configure(*, settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
         settings.persistence.finalizer = "infertune.io/finalizer"
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="infertune.io")
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -106,20 +105,20 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
             memo.poller = asyncio.create_task(ctx.poll_forever())
 
     @kopf.on.cleanup(registry=registry)
-    async def stop(memo: Any, **_: Any) -> None:
+    async def stop(*, memo: Any, **_: Any) -> None:
         poller = getattr(memo, "poller", None)
         if poller is not None:
             poller.cancel()
 
     @kopf.index(GROUP, VERSION, POLICY_PLURAL, registry=registry, id="policies")
-    def policies(name: str, spec: Any, **_: Any) -> dict[str, Any]:
+    def policies(*, name: Any, spec: Any, **_: Any) -> dict[str, Any]:
         return {name: _plain(dict(spec))}
 
-    @kopf.on.resume(**RESOURCE, registry=registry, id="converge")
-    @kopf.on.create(**RESOURCE, registry=registry, id="converge")
-    @kopf.on.update(**RESOURCE, registry=registry, id="converge", field="spec")
-    async def converge(body: Any, meta: Any, namespace: str, name: str, uid: str, patch: kopf.Patch,
-                       memo: Any, policies: Any, **_: Any) -> None:
+    @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="converge")
+    @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="converge")
+    @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry, id="converge", field="spec")
+    async def converge(*, body: Any, meta: Any, namespace: Any, name: Any, uid: Any, patch: Any,
+                       memo: Any, policies: Any = None, **_: Any) -> None:
         """Renders and applies the workload for the current (or starting) layout; sets every condition."""
         ctx: OperatorContext = memo.ctx
         key, now, generation = (namespace, name), ctx.clock(), meta.get("generation")
@@ -135,7 +134,7 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
             applied = layout_of(status.get("applied"))
             held = applied is not None and (_paused(meta) or resolved.spec.tuning.mode == "Off")
             if applied is None:
-                layout, _ = starting_layout(resolved, now)
+                layout, _first = starting_layout(resolved, now)
             else:
                 layout = pinned(applied, resolved.spec)
             changed = False
@@ -147,7 +146,8 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
             old = [Condition.from_wire(c) for c in status.get("conditions", [])] or initial_conditions(
                 iso(now), generation)
             conditions = merge_conditions(old, [
-                ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value, "the spec is valid"),
+                ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value,
+                                "the spec is valid"),
                 ConditionUpdate(ConditionType.READY.value, "True", Reason.APPLIED.value, "the workload is applied"),
                 ConditionUpdate(ConditionType.PROGRESSING.value, "True" if changed else "False",
                                 Reason.ROLLING_OUT.value if changed else Reason.STABLE.value,
@@ -164,10 +164,10 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
                            message=f"TP{layout.tensor_parallel_size} max-num-seqs {layout.max_num_seqs} "
                                    f"x{layout.replicas}")
 
-    @kopf.timer(**RESOURCE, registry=registry, interval=cycle_seconds, initial_delay=cycle_seconds,
+    @kopf.timer(GROUP, VERSION, PLURAL, registry=registry, interval=cycle_seconds, initial_delay=cycle_seconds,
                 id="tune")
-    async def tune(body: Any, meta: Any, namespace: str, name: str, uid: str, patch: kopf.Patch, memo: Any,
-                   policies: Any, **_: Any) -> None:
+    async def tune(*, body: Any, meta: Any, namespace: Any, name: Any, uid: Any, patch: Any, memo: Any,
+                   policies: Any = None, **_: Any) -> None:
         """One tuning cycle: observation -> fit -> plan -> guardrails -> act per mode -> report."""
         ctx: OperatorContext = memo.ctx
         key, now, generation = (namespace, name), ctx.clock(), meta.get("generation")
@@ -202,8 +202,8 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
                 "cycle", action=outcome.action, reason=outcome.reason,
                 recommended=None if outcome.decision.recommended is None else str(outcome.decision.recommended))
 
-    @kopf.on.delete(**RESOURCE, registry=registry, optional=True, id="forget")
-    async def forget(namespace: str, name: str, memo: Any, **_: Any) -> None:
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, optional=True, id="forget")
+    async def forget(*, namespace: Any, name: Any, memo: Any, **_: Any) -> None:
         """Owner references let the garbage collector remove the workload; only memory is ours."""
         memo.ctx.forget((namespace, name))
 

@@ -43,7 +43,7 @@ def metrics_condition(obs: Observation | None) -> ConditionUpdate:
     if obs is None:
         return ConditionUpdate(kind, "Unknown", Reason.WAITING_FOR_METRICS.value, "no metrics snapshot yet")
     if obs.available:
-        return ConditionUpdate(kind, "True", obs.fault.value, f"{len(obs.replicas)} replica(s) reporting")
+        return ConditionUpdate(kind, "True", obs.fault.value, obs.message or "fresh samples from every replica")
     return ConditionUpdate(kind, "False", obs.fault.value, obs.message or "metrics are not trusted")
 
 

@@ -54,7 +54,8 @@ class Telemetry:
             self.gauges[key].labels(ns, name).set(value)
 
     def _children(self, key: str) -> set[tuple[str, ...]]:
-        return set(self.gauges[key]._metrics)  # prometheus-client keeps no public list of label sets
+        # prometheus-client keeps no public list of a metric's label sets.
+        return {tuple(k) for k in self.gauges[key]._metrics}
 
     def record(self, ns: str, name: str, outcome: CycleOutcome, obs: Observation | None, now: float) -> None:
         self.decisions.labels(ns, name, outcome.action, outcome.reason).inc()
