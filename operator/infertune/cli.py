@@ -15,6 +15,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "infertune.commands.fit",
     "infertune.commands.crds",
     "infertune.commands.render",
+    "infertune.commands.explain",
+    "infertune.commands.run",
     "infertune.commands.simulate",
     "infertune.commands.observe",
 )

@@ -1,0 +1,105 @@
+"""`infertune explain NAME [-n NS]` (from the cluster) or `infertune explain -f FILE` (offline): the
+current against the recommended layout, the predictions, and why the other layouts were rejected."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from infertune.actuate.request import Resolved, resolve
+from infertune.api.policy import parse_policy
+from infertune.api.spec import API_VERSION, KIND, parse_spec
+from infertune.cli import UserError
+from infertune.commands.render import resolve_file
+from infertune.controller.status import layout_of
+from infertune.planner import Plan, plan
+from infertune.planner.types import Layout
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("explain", help="why a resource runs the layout it runs")
+    parser.add_argument("name", nargs="?", help="InferenceDeployment in the cluster")
+    parser.add_argument("-n", "--namespace", default="default")
+    parser.add_argument("-f", "--file", type=Path, help="explain a YAML file offline instead")
+    parser.add_argument("--policy", type=Path, help="ServingPolicy YAML for -f (default: policies/<name>.yaml)")
+    parser.add_argument("--config-json", type=Path, help="config.json for a configMapRef with -f")
+    parser.add_argument("--top", type=int, default=8, help="rejected layouts to list")
+    parser.set_defaults(func=handle)
+
+
+def _from_cluster(args: argparse.Namespace) -> tuple[Resolved, dict[str, Any]]:
+    from infertune.actuate.apply import KubeApiError, client_from_environment
+
+    kube = client_from_environment()
+    try:
+        body = kube.get(API_VERSION, KIND, args.namespace, args.name)
+    except KubeApiError as exc:
+        raise UserError(f"cannot read {KIND} {args.namespace}/{args.name}: {exc}") from None
+    if body is None:
+        raise UserError(f"{KIND} {args.namespace}/{args.name} not found")
+    spec = parse_spec(body.get("spec"))
+    policy = None
+    if spec.policy_ref is not None:
+        raw = kube.get(API_VERSION, "ServingPolicy", None, spec.policy_ref.name)
+        if raw is None:
+            raise UserError(f"spec.policyRef.name: ServingPolicy {spec.policy_ref.name!r} not found")
+        policy = parse_policy(raw.get("spec"))
+    config = None
+    if spec.model.config_map_ref is not None:
+        cm = kube.get("v1", "ConfigMap", args.namespace, spec.model.config_map_ref.name) or {}
+        config = (cm.get("data") or {}).get(spec.model.config_map_ref.key)
+    return resolve(spec, policy, config), dict(body.get("status") or {})
+
+
+def _layout(layout: Layout | None) -> str:
+    if layout is None:
+        return "none"
+    return f"TP{layout.tensor_parallel_size} max-num-seqs {layout.max_num_seqs} x{layout.replicas} replica(s)"
+
+
+def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Plan, top: int) -> str:
+    current = layout_of(status.get("applied"))
+    lines = [f"current:      {_layout(current)}", f"recommended:  {_layout(the_plan.layout)}",
+             f"why:          {the_plan.reason}"]
+    choice = the_plan.choice or the_plan.closest
+    if choice is not None:
+        lines.append(f"predictions:  {choice.per_stream_tps:.1f} tok/s per stream, "
+                     f"TTFT {choice.ttft_seconds:.2f} s, "
+                     f"KV working set {choice.kv_working_set_fraction:.0%} of capacity (cliff at "
+                     f"{choice.cliff_concurrency:.0f} streams), ${choice.cost_per_million_tokens:.3f}/M tokens, "
+                     f"region {choice.region.value}")
+    last = status.get("recommendation") or {}
+    if last:
+        lines.append(f"operator:     last cycle recommended TP{last.get('tensorParallelSize', '?')} max-num-seqs "
+                     f"{last.get('maxNumSeqs', '?')} x{last.get('replicas', '?')} ({last.get('reason', '')})")
+    observed = status.get("observed") or {}
+    if observed.get("metricsAvailable"):
+        lines.append(f"observed:     KV {observed.get('kvUsagePercent', '?')}%, "
+                     f"{observed.get('streamTokensPerSecond', '?')} tok/s per stream, "
+                     f"TTFT {observed.get('ttftSeconds', '?')} s")
+    rows = the_plan.candidates()
+    rejected = [c for c in rows if not c.feasible]
+    tally = Counter(c.reason.split(":")[0].split(" (")[0] for c in rejected)
+    lines.append(f"candidates:   {len(rows)} considered, {len(rows) - len(rejected)} feasible; rejected: "
+                 + (", ".join(f"{n} {why}" for why, n in tally.most_common()) or "none"))
+    per_tp: dict[int, Any] = {}
+    for c in rejected:  # the lowest rejected concurrency per TP says where each TP hits its wall
+        per_tp[c.tp] = c if c.tp not in per_tp or c.max_num_seqs < per_tp[c.tp].max_num_seqs else per_tp[c.tp]
+    for c in sorted(per_tp.values(), key=lambda c: c.tp)[:top]:
+        lines.append(f"  TP{c.tp:<3} max-num-seqs {c.max_num_seqs:<4} rejected: {c.reason}")
+    return "\n".join(lines)
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        _, resolved = resolve_file(args)
+        status: dict[str, Any] = {}
+    elif args.name:
+        resolved, status = _from_cluster(args)
+    else:
+        raise UserError("give NAME (with -n NAMESPACE) or -f FILE")
+    print(render_explanation(resolved, status, plan(resolved.request, None, time.time()), args.top))
+    return 0
