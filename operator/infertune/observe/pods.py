@@ -17,9 +17,8 @@ from dataclasses import dataclass
 import requests
 
 from infertune.api.observation import MetricsFault, Observation
-from infertune.observe.dialects import TTFT_QUANTILES
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted
-from infertune.observe.quantile import histogram_quantile
+from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 from infertune.observe.textformat import PayloadError, Reading, parse_payload
 
@@ -87,15 +86,6 @@ def _delta_rates(prev: _Scrape, cur: _Scrape) -> tuple[dict[str, float], dict[fl
         if key == "ttft":
             ttft_buckets = {le: (n - old.buckets.get(le, 0.0)) / dt for le, n in hist.buckets.items()}
     return rates, ttft_buckets, False
-
-
-def _quantiles(buckets: Mapping[float, float]) -> dict[float, float]:
-    out = {}
-    for q in TTFT_QUANTILES:
-        value = histogram_quantile(q, buckets)
-        if value is not None:
-            out[q] = value
-    return out
 
 
 class PodsSource:
@@ -169,7 +159,7 @@ class PodsSource:
                 running_mean = (before + after) / 2
         fig = PodFigures(
             pod=scrape.target.pod, dialect=reading.dialect, sample_time=scrape.time, gauges=reading.gauges,
-            rates=rates, ttft=_quantiles(buckets or {}), running_mean=running_mean,
+            rates=rates, ttft=quantiles(buckets or {}), running_mean=running_mean,
             capacity_tokens=reading.capacity_tokens,
             series_count=copies if not reading.duplicate else max(copies, 2), counter_reset=reset)
         return fig, (buckets if buckets and not reset else None)
@@ -212,7 +202,7 @@ class PodsSource:
                     merged[le] += v
         pods = {s.target.pod for s in scrapes} | set(expected.pods if expected and expected.pods else ())
         want = Expected(pods=frozenset(pods), replicas=expected.replicas if expected else None)
-        obs = build_observation(key, figs, want, at, self.stale_after, _quantiles(merged) if complete else {})
+        obs = build_observation(key, figs, want, at, self.stale_after, quantiles(merged) if complete else {})
         if failed and obs.fault is MetricsFault.PARTIAL:
             why = "; ".join(s.message for s in failed[:3])
             obs = dataclasses.replace(obs, message=f"{obs.message} ({why})")

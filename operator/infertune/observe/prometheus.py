@@ -26,6 +26,7 @@ from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation
 from infertune.observe.fitmemory import FitSample
 from infertune.observe.promql import Labels, Query, fit_range_queries, poll_queries
+from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 
 
@@ -79,7 +80,7 @@ class _PodAccumulator:
         self.sample_time: float | None = None
         self.gauges: dict[str, float] = {}
         self.rates: dict[str, float] = {}
-        self.ttft: dict[float, float] = {}
+        self.ttft_buckets: dict[float, float] = {}
         self.running_mean: float | None = None
         self.capacity: int | None = None
         self.reset = False
@@ -107,14 +108,14 @@ class _PodAccumulator:
             self.running_mean = value
         elif query.key == "resets":
             self.reset = value > 0
-        elif query.shape == "quantile":
-            self.ttft[float(metric["quantile"])] = value
+        elif query.shape == "buckets":
+            self.ttft_buckets[float(metric["le"])] = value
         else:
             self.rates[query.key] = value
 
     def figures(self) -> PodFigures:
         return PodFigures(pod=self.pod, dialect=self.dialect, sample_time=self.sample_time,
-                          gauges=self.gauges, rates=self.rates, ttft=self.ttft,
+                          gauges=self.gauges, rates=self.rates, ttft=quantiles(self.ttft_buckets),
                           running_mean=self.running_mean,
                           capacity_tokens=self.capacity, series_count=self.series_count,
                           counter_reset=self.reset)
@@ -161,7 +162,7 @@ class PrometheusSource:
              now: float | None = None) -> Snapshot:
         at = self.clock() if now is None else now
         pods: dict[DeploymentKey, dict[str, _PodAccumulator]] = defaultdict(dict)
-        deployment_ttft: dict[DeploymentKey, dict[float, float]] = defaultdict(dict)
+        deployment_buckets: dict[DeploymentKey, dict[float, float]] = defaultdict(dict)
         issued = 0
         lab = self.labels
         try:
@@ -171,7 +172,7 @@ class PrometheusSource:
                     metric = item["metric"]
                     key = (metric.get(lab.namespace, ""), metric.get(lab.deployment, ""))
                     if query.level == "deployment":
-                        deployment_ttft[key][float(metric["quantile"])] = _value(item)
+                        deployment_buckets[key][float(metric["le"])] = _value(item)
                         continue
                     pod = metric.get(lab.pod, "")
                     acc = pods[key].setdefault(pod, _PodAccumulator(pod))
@@ -189,7 +190,7 @@ class PrometheusSource:
                 key,
                 # A pod seen only in rate queries (no KV gauge at all) is not a serving replica we know.
                 [a.figures() for a in pods.get(key, {}).values() if a.dialect is not None],
-                expected.get(key), at, self.stale_after, deployment_ttft.get(key, {}))
+                expected.get(key), at, self.stale_after, quantiles(deployment_buckets.get(key, {})))
             for key in keys
         }
         return Snapshot(time=at, observations=observations, queries=issued, source=self.name)

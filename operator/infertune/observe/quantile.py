@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from infertune.observe.dialects import TTFT_QUANTILES
+
 
 def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
     """`buckets` maps the upper bound `le` to its cumulative count (or rate). None when empty."""
@@ -37,3 +39,13 @@ def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float | None
     if in_bucket <= 0:
         return upper
     return lower + (upper - lower) * (rank - below) / in_bucket
+
+
+def quantiles(buckets: Mapping[float, float], qs: tuple[float, ...] = TTFT_QUANTILES) -> dict[float, float]:
+    """The quantiles that exist (NaN-free) for one set of buckets."""
+    out = {}
+    for q in qs:
+        value = histogram_quantile(q, buckets)
+        if value is not None and math.isfinite(value):
+            out[q] = value
+    return out
