@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from infertune.commands.crds import render_all
+from infertune.commands.crds import reference, render_all
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = {p.name: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crds").glob("*.yaml"))}
@@ -75,6 +75,11 @@ def _docs(folder: str) -> list[Path]:
 def test_crds_directory_matches_the_models() -> None:
     written = {p.name: p.read_text() for p in (ROOT / "crds").glob("*.yaml")}
     assert written == render_all(), "crds/ is stale: run `infertune crds --out crds`"
+
+
+def test_crd_reference_matches_the_models() -> None:
+    assert (ROOT / "docs/crd-reference.md").read_text() == reference(), (
+        "docs/crd-reference.md is stale: run `infertune crds --out crds --reference docs/crd-reference.md`")
 
 
 def test_crds_have_short_names_columns_and_subresources() -> None:
