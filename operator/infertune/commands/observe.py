@@ -189,7 +189,7 @@ def _print(snap: Snapshot, observations: list[Observation], fits: dict[Any, Any]
                       f"tokens; completions {_f(obs.completion_rate, '.2f')}/s")
         fit, n = fits.get((obs.namespace, obs.deployment), (None, 0))
         if fit is None:
-            console.print(f"fit: not enough clean windows yet ({n} samples)")
+            console.print(f"fit: none yet ({n} clean windows; it needs 6 or more spanning several batch sizes)")
         else:
             console.print(f"fit: per_pass(B) = {fit.intercept_s * 1e3:.2f} ms + {fit.slope_s * 1e3:.3f} ms x B "
                           f"(R² {fit.r2:.3f}, {fit.samples} samples, B {fit.batch_min:.0f}..{fit.batch_max:.0f})")
