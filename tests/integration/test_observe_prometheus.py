@@ -224,3 +224,13 @@ def test_observe_command_prints_every_deployment_and_exits_1_on_faults(scene: Sc
                  "--namespace", "ns", "--deployment", "healthy"]) == 0
     out = capsys.readouterr().out
     assert "ns/healthy" in out and "healthy-1" in out and "ns/nan" not in out
+
+
+def test_fit_history_from_range_queries(scene: Scene) -> None:
+    source = PrometheusSource(scene.prom.url)
+    now = time.time()
+    history = source.fit_history(now - 20, now, step="5s")
+    samples = history[("ns", "healthy")]
+    assert len(samples) >= 4
+    assert {round(s.batch) for s in samples} == {4, 8}
+    assert all(s.seconds == pytest.approx(0.025, rel=0.01) and 0 < s.weight <= 1 for s in samples)
