@@ -124,7 +124,10 @@ def test_the_same_input_always_gives_the_same_plan(request):
     assert [c.reason for c in a.candidates()] == [c.reason for c in b.candidates()]
 
 
-def test_candidates_carry_finite_predictions():
-    for c in plan(seed_request(), None, now=0.0).candidates():
+def test_candidates_carry_finite_predictions_and_reasons_match_verdicts():
+    from infertune.planner.candidates import VERDICT_REASON
+
+    result = plan(seed_request(), None, now=0.0)
+    for i, c in enumerate(result.candidates()):
         assert math.isfinite(c.per_stream_tps) and math.isfinite(c.ttft_seconds)
-        assert Verdict  # imported for the reason codes
+        assert c.reason.split(":")[0] == VERDICT_REASON[Verdict(int(result.table.verdict[i]))]
