@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import sys
 from collections.abc import Sequence
 
-from infertune import __version__
+from infertune import __version__, commands
 
-# Each module exposes `register(subparsers)`, which adds its parser and sets `func(args) -> int`.
-COMMAND_MODULES: tuple[str, ...] = (
-    "infertune.commands.plan",
-    "infertune.commands.fit",
-    "infertune.commands.crds",
-    "infertune.commands.render",
-    "infertune.commands.explain",
-    "infertune.commands.run",
-    "infertune.commands.simulate",
-    "infertune.commands.observe",
-)
+
+# Every public module under `commands/` exposes `register(subparsers)`, which adds its parser and
+# sets `func(args) -> int`; discovering them means a new command never edits this file.
+def command_modules() -> tuple[str, ...]:
+    return tuple(f"{commands.__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(commands.__path__),
+                                                                   key=lambda m: m.name)
+                 if not m.name.startswith("_"))
 
 
 class UserError(Exception):
@@ -30,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="infertune", description=__doc__)
     parser.add_argument("--version", action="version", version=f"infertune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in command_modules():
         importlib.import_module(name).register(sub)
     return parser
 
