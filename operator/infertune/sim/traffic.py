@@ -19,7 +19,7 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -147,6 +147,7 @@ class _Session:
     turns_left: int
     context: int  # tokens of the previous turns (prompt + answer), the prefix the next prompt reuses
     turn: int = 0
+    shape: SessionShape | None = None  # this session's own shape, when it differs from the source's
 
 
 class _Base:
@@ -179,9 +180,9 @@ class _Base:
     def _think(self) -> float:
         return self.think_override if self.think_override is not None else self.shape.think(self.rng)
 
-    def _new_session(self, prefix: str, warm: bool = False) -> _Session:
+    def _new_session(self, prefix: str, warm: bool = False, shape: SessionShape | None = None) -> _Session:
         turns = self.shape.turns(self.rng)
-        s = _Session(f"{prefix}{next(self._ids)}", turns, 0)
+        s = _Session(f"{prefix}{next(self._ids)}", turns, 0, shape=shape)
         if warm:
             # Join mid-session, as if it had been running: the context exists but nothing is cached.
             for _ in range(self.rng.randrange(turns)):
@@ -197,10 +198,11 @@ class _Base:
         """The session's next request, or None once it is over (ended or compacted)."""
         if s.turns_left <= 0:
             return None
-        prompt = s.context + self.shape.fresh(self.rng, s.turn)
-        if prompt >= self.shape.max_context and s.turn > 0:
+        shape = s.shape or self.shape
+        prompt = s.context + shape.fresh(self.rng, s.turn)
+        if prompt >= shape.max_context and s.turn > 0:
             return None
-        out = self.shape.output(self.rng)
+        out = shape.output(self.rng)
         spec = RequestSpec(at, prompt, out, session=s.sid, turn=s.turn)
         s.context = prompt + out
         s.turn += 1
@@ -209,19 +211,23 @@ class _Base:
 
 
 class OpenSessions(_Base):
-    """Users arrive by an arrival process; each runs a session whose turns follow its answers."""
+    """Users arrive by an arrival process; each runs a session whose turns follow its answers.
+
+    `shape_at`, when given, picks the shape of a session starting at virtual time t (a workload
+    whose prompts grow over the day); turn counts and think times stay the source's own."""
 
     def __init__(self, shape: SessionShape, times: Iterator[float], seed: int = 0,
-                 think: float | None = None) -> None:
+                 think: float | None = None, shape_at: Callable[[float], SessionShape] | None = None) -> None:
         super().__init__(shape, seed, think)
         self._times = times
+        self._shape_at = shape_at
         self._pull()
 
     def _pull(self) -> None:
         t = next(self._times, None)
         if t is not None:
             self._next_start = t
-            s = self._new_session("u")
+            s = self._new_session("u", shape=self._shape_at(t) if self._shape_at else None)
             spec = self._turn(s, t)
             if spec is not None:
                 self._push(spec)
