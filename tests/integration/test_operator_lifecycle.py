@@ -53,7 +53,7 @@ def declare(emulator: Any) -> None:
     emulator.resources[INFD] = info(kind="InferenceDeployment", namespaced=True, verbs=verbs,
                                     subresources={"status", "scale"}, shortnames={"infd"})
     emulator.resources[SVPOL] = info(kind="ServingPolicy", namespaced=False, verbs=verbs, shortnames={"svpol"})
-    emulator.resources[DEPLOY] = info(kind="Deployment", namespaced=True, verbs=verbs)
+    emulator.resources[DEPLOY] = info(kind="Deployment", namespaced=True, verbs=verbs, subresources={"status"})
     emulator.resources[SERVICE] = info(kind="Service", namespaced=True, verbs=verbs)
     emulator.resources[LWS] = info(kind="LeaderWorkerSet", namespaced=True, verbs=verbs)
     emulator.resources["v1/configmaps"] = info(kind="ConfigMap", namespaced=True, verbs=verbs)
@@ -88,6 +88,7 @@ async def operator(emulator: Any, source: ScriptedSource | None = None) -> Async
 def resource(path: str = "examples/kimi-k2.6-b200.yaml", **tuning: Any) -> dict[str, Any]:
     doc = yaml.safe_load((ROOT / path).read_text())
     doc["spec"]["tuning"] = {**doc["spec"].get("tuning", {}), "interval": "1s", **tuning}
+    doc["spec"].pop("metrics", None)  # read the operator's default source: the test's scripted one
     # The emulator assigns none of these; kopf needs them to patch.
     doc["metadata"] |= {"uid": "uid-" + doc["metadata"]["name"], "resourceVersion": "1", "generation": 1}
     return doc
@@ -130,6 +131,18 @@ async def eventually(probe: Callable[[], Any], timeout: float = 15.0) -> Any:
         await asyncio.sleep(0.05)
 
 
+async def report_ready(emulator: Any, name: str, ready: int, ns: str = NS) -> None:
+    """Plays the Deployment controller: the emulator runs none, so nothing else writes its status."""
+    deployment = stored(emulator, DEPLOY, name, ns)
+    assert deployment is not None
+    status = {"observedGeneration": deployment["metadata"].get("generation", 1),
+              "replicas": deployment["spec"]["replicas"], "updatedReplicas": ready, "readyReplicas": ready,
+              "availableReplicas": ready}
+    async with emulator.patch(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}/status",
+                              json={"status": status}, headers={"Content-Type": "application/merge-patch+json"}) as r:
+        assert r.status < 300, await r.text()
+
+
 def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     for c in ((obj or {}).get("status") or {}).get("conditions", []):
         if c["type"] == kind:
@@ -154,6 +167,18 @@ async def test_applying_a_resource_creates_the_workload_and_every_condition(kmoc
         service = await eventually(lambda: stored(kmock, SERVICE, "kimi-k2"))
         infd = await eventually(lambda: condition(stored(kmock, INFD, "kimi-k2"), "Ready")
                                 and stored(kmock, INFD, "kimi-k2"))
+        types = {c["type"]: c["status"] for c in infd["status"]["conditions"]}
+        assert set(types) >= {"Ready", "SLOMet", "CacheHeadroom", "MetricsAvailable", "Progressing", "InvalidSpec"}
+        assert types["InvalidSpec"] == "False"
+        assert types["MetricsAvailable"] == "Unknown"  # no metrics yet: unknown, not zero
+        assert infd["status"]["observedGeneration"] == 1
+        # Applied is not ready: Ready waits for the Deployment's ready replicas, as `kubectl wait` would.
+        assert condition(infd, "Ready")["status"] == "False"
+        assert condition(infd, "Ready")["reason"] in {"WorkloadPending", "ReplicasNotReady"}
+        await report_ready(kmock, "kimi-k2", ready=1)
+        ready = await eventually(lambda: (c := condition(stored(kmock, INFD, "kimi-k2"), "Ready"))
+                                 and c["status"] == "True" and c)
+    assert ready["reason"] == "WorkloadReady" and ready["message"] == "1/1 replicas ready"
     args = args_of(deployment)
     applied = infd["status"]["applied"]
     assert flag(args, "--tensor-parallel-size") == str(applied["tensorParallelSize"])
@@ -168,8 +193,3 @@ async def test_applying_a_resource_creates_the_workload_and_every_condition(kmoc
         (ref,) = obj["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (
             "InferenceDeployment", "kimi-k2", "uid-kimi-k2", True)
-    types = {c["type"]: c["status"] for c in infd["status"]["conditions"]}
-    assert set(types) >= {"Ready", "SLOMet", "CacheHeadroom", "MetricsAvailable", "Progressing", "InvalidSpec"}
-    assert types["Ready"] == "True" and types["InvalidSpec"] == "False"
-    assert types["MetricsAvailable"] == "Unknown"  # no metrics yet: unknown, not zero
-    assert infd["status"]["observedGeneration"] == 1

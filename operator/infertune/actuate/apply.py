@@ -70,6 +70,13 @@ class KubeClient:
                 return None
             raise
 
+    def list(self, api_version: str, kind: str, namespace: str | None, label_selector: str = "") -> list[Obj]:
+        """The items of a list call. The selector is a request to the server; callers filter again
+        because the test emulator ignores selectors."""
+        query = [("labelSelector", label_selector)] if label_selector else []
+        found = self._call("GET", object_path(api_version, kind, namespace), query=query) or {}
+        return list(found.get("items") or [])
+
     def apply(self, obj: Obj) -> Obj:
         """Server-side apply of the whole object. A 404 means a server that cannot create through
         apply (the test emulator); a real API server creates on apply and never gets there."""

@@ -25,6 +25,8 @@ class MetricsFault(StrEnum):
     COUNTER_RESET = "CounterReset"
     DUPLICATE_SERIES = "DuplicateSeries"
     STALE = "StaleSamples"
+    NOT_CONFIGURED = "NoMetricsSource"  # no URL in the spec and no operator default
+    CREDENTIALS = "CredentialsUnavailable"  # the token Secret or CA the spec names cannot be read
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,10 @@ class ObservedFigures(ApiModel):
     running: float | None = None
     waiting: float | None = None
     requests_per_second: float | None = None
+    kv_headroom_percent: int | None = Field(default=None, description=(
+        "100 x (1 - KV pressure): observed use or the predicted working set, whichever is larger."))
+    time_to_cliff_seconds: float | None = Field(default=None, description=(
+        "Predicted from the pressure trend and the preemption rate; absent when not approaching."))
     sample_time: str | None = None
 
 
@@ -66,6 +70,14 @@ class FittedModel(ApiModel):
     slope_ms: float
     r2: float
     samples: int
+
+
+class FitSamples(ApiModel):
+    """What the online fit has learned, per TP: rows of [batch, seconds per pass, weight, time].
+    Kept in status so that an operator restart does not forget it."""
+
+    version: int
+    layouts: dict[str, list[list[float]]] = Field(default_factory=dict)
 
 
 class DecisionRecord(ApiModel):
@@ -93,6 +105,7 @@ class InferenceDeploymentStatus(ApiModel):
     recommendation: Recommendation | None = None
     observed: ObservedFigures | None = None
     fit: FittedModel | None = None
+    fit_samples: FitSamples | None = None
     decisions: list[DecisionRecord] = Field(default_factory=list, max_length=10)
     guardrails: GuardrailMemory | None = None
 

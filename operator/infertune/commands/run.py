@@ -28,6 +28,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--prometheus-url", help="Prometheus for every resource without its own metrics.url")
     parser.add_argument("--cycle-seconds", type=float, default=30.0, help="tuning timer interval")
     parser.add_argument("--poll-seconds", type=float, default=15.0, help="metrics poll interval")
+    parser.add_argument("--metrics-window", default="1m",
+                        help="PromQL range for rates and quantiles (at least 4x Prometheus' scrape interval)")
     parser.add_argument("--metrics-port", type=int, default=9090, help="the operator's own /metrics (0: off)")
     parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
     parser.add_argument("--standalone", action="store_true", help="no peering (a single replica)")
@@ -43,9 +45,9 @@ def handle(args: argparse.Namespace) -> int:
     if args.prometheus_url:
         from infertune.observe import PrometheusSource
 
-        source = PrometheusSource(args.prometheus_url)
+        source = PrometheusSource(args.prometheus_url, window=args.metrics_window)
     ctx = OperatorContext(kube=client_from_environment(), source=source, poll_seconds=args.poll_seconds,
-                          cycle_seconds=args.cycle_seconds)
+                          cycle_seconds=args.cycle_seconds, metrics_window=args.metrics_window)
     if args.metrics_port:
         ctx.telemetry.serve(args.metrics_port)
     registry = build_registry(args.cycle_seconds)

@@ -19,6 +19,7 @@ from infertune.api.conditions import (
 from infertune.api.observation import Observation
 from infertune.controller import status as st
 from infertune.model import LinearFit
+from infertune.model.early_warning import CliffWarning
 from infertune.planner import Decision, Plan, decide, next_state, plan
 from infertune.planner.types import Layout
 
@@ -38,6 +39,9 @@ class CycleInput:
     observation: Observation | None
     fits: Mapping[int, LinearFit]
     now: float
+    warning: CliffWarning | None = None  # the cliff early warning from the pressure history
+    workload: st.WorkloadState | None = None  # the owned workload's rollout, for Ready
+    fit_samples: Mapping[str, Any] | None = None  # FitMemory.to_status(), kept across restarts
 
 
 @dataclass(frozen=True)
@@ -100,13 +104,12 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
         status["applied"], status["replicas"] = applied, target.replicas
     obs, slo = inp.observation, request.slo
     updates = [
-        st.metrics_condition(obs), st.slo_condition(obs, slo), st.headroom_condition(obs, request.kv_headroom),
+        st.metrics_condition(obs), st.slo_condition(obs, slo), st.headroom_condition(obs, inp.warning),
         ConditionUpdate(ConditionType.PROGRESSING.value, "True" if target else "False",
                         Reason.ROLLING_OUT.value if target else (reason if action == "Hold" else Reason.STABLE.value),
                         message if target or action == "Hold" else "no change"),
-        ConditionUpdate(ConditionType.READY.value, "True" if applied else "False",
-                        Reason.APPLIED.value if applied else Reason.FIRST_VISIT.value,
-                        "the workload is applied" if applied else "no workload applied yet"),
+        st.ready_condition(replace(inp.workload, desired=target.replicas) if target and inp.workload
+                           else inp.workload, bool(applied)),
         ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value, "the spec is valid"),
     ]
     old = [Condition.from_wire(c) for c in inp.status.get("conditions", [])]
@@ -115,10 +118,12 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     status["observedGeneration"] = inp.generation
     status["selector"] = selector_string(inp.name)
     status["recommendation"] = st.recommendation(the_plan, decision)
-    status["observed"] = st.observed(obs, slo)
+    status["observed"] = st.observed(obs, slo, inp.warning)
     fit = st.fitted(request.fits, (st.layout_of(applied) or Layout(0, 0, 0)).tensor_parallel_size)
     if fit is not None:
         status["fit"] = fit
+    if inp.fit_samples:
+        status["fitSamples"] = dict(inp.fit_samples)
     status["decisions"] = st.log_decision(list(inp.status.get("decisions", [])), inp.now, action, reason, message)
     status["guardrails"] = st.state_to_status(new_state)
     events = _condition_events(old, conditions)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -14,8 +15,8 @@ import structlog
 import urllib3
 
 from infertune.actuate.apply import KubeApiError
-from infertune.actuate.request import SpecError, pinned, starting_layout
-from infertune.actuate.workload import Owner, desired_objects, selector_string
+from infertune.actuate.request import Resolved, SpecError, pinned, starting_layout
+from infertune.actuate.workload import DEPLOYMENT_LABEL, MANAGED_BY, Owner, desired_objects, selector_string
 from infertune.api.conditions import (
     Condition,
     ConditionType,
@@ -29,8 +30,9 @@ from infertune.api.quantities import parse_duration
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.context import OperatorContext
 from infertune.controller.cycle import CycleInput, run_cycle
-from infertune.controller.status import iso, layout_of
+from infertune.controller.status import WorkloadState, iso, layout_of, ready_condition
 from infertune.observe.figures import Expected
+from infertune.observe.fitmemory import FitMemory
 from infertune.planner.types import Layout
 
 PAUSED = "infertune.io/paused"
@@ -101,24 +103,31 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
         settings.posting.level = logging.WARNING  # our own Events carry the reasons; not kopf's chatter
         settings.peering.name = "infertune"
         ctx: OperatorContext = memo.ctx
-        if ctx.source is not None:
-            memo.poller = asyncio.create_task(ctx.poll_forever())
+        # Always: resources may name their own Prometheus, or the Pods source, without a default one.
+        memo.poller = asyncio.create_task(ctx.poll_forever())
 
     @kopf.on.cleanup(registry=registry)
     async def stop(*, memo: Any, **_: Any) -> None:
         poller = getattr(memo, "poller", None)
         if poller is not None:
             poller.cancel()
+        await asyncio.to_thread(memo.ctx.sources.close)
 
     @kopf.index(GROUP, VERSION, POLICY_PLURAL, registry=registry, id="policies")
     def policies(*, name: Any, spec: Any, **_: Any) -> dict[str, Any]:
         return {name: _plain(dict(spec))}
 
+    @kopf.index("apps", "v1", "deployments", registry=registry, id="workloads",
+                labels={MANAGED_BY: "infertune", DEPLOYMENT_LABEL: kopf.PRESENT})
+    def workloads(*, namespace: Any, labels: Any, body: Any, **_: Any) -> dict[Any, WorkloadState]:
+        """The owned Deployments' rollout (ready replicas), watched rather than fetched per cycle."""
+        return {(namespace, labels[DEPLOYMENT_LABEL]): WorkloadState.from_object(_plain(dict(body)))}
+
     @kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="converge")
     @kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="converge")
     @kopf.on.update(GROUP, VERSION, PLURAL, registry=registry, id="converge", field="spec")
     async def converge(*, body: Any, meta: Any, namespace: Any, name: Any, uid: Any, patch: Any,
-                       memo: Any, policies: Any = None, **_: Any) -> None:
+                       memo: Any, policies: Any = None, workloads: Any = None, **_: Any) -> None:
         """Renders and applies the workload for the current (or starting) layout; sets every condition."""
         ctx: OperatorContext = memo.ctx
         key, now, generation = (namespace, name), ctx.clock(), meta.get("generation")
@@ -142,13 +151,14 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
                 objects = desired_objects(Owner(name, namespace, uid), resolved.spec, layout,
                                           resolved.gpu.gpus_per_node)
                 changed = await _apply(ctx, objects)
-            ctx.expected[key] = Expected(replicas=layout.replicas)
+            workload = _workload(workloads, key, resolved, layout)
+            ctx.expected[key] = _expected(workload)
             old = [Condition.from_wire(c) for c in status.get("conditions", [])] or initial_conditions(
                 iso(now), generation)
             conditions = merge_conditions(old, [
                 ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value,
                                 "the spec is valid"),
-                ConditionUpdate(ConditionType.READY.value, "True", Reason.APPLIED.value, "the workload is applied"),
+                ready_condition(None if changed else workload, applied=True),
                 ConditionUpdate(ConditionType.PROGRESSING.value, "True" if changed else "False",
                                 Reason.ROLLING_OUT.value if changed else Reason.STABLE.value,
                                 "applied a changed workload" if changed else "the workload is up to date"),
@@ -167,7 +177,7 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
     @kopf.timer(GROUP, VERSION, PLURAL, registry=registry, interval=cycle_seconds, initial_delay=cycle_seconds,
                 id="tune")
     async def tune(*, body: Any, meta: Any, namespace: Any, name: Any, uid: Any, patch: Any, memo: Any,
-                   policies: Any = None, **_: Any) -> None:
+                   policies: Any = None, workloads: Any = None, **_: Any) -> None:
         """One tuning cycle: observation -> fit -> plan -> guardrails -> act per mode -> report."""
         ctx: OperatorContext = memo.ctx
         key, now, generation = (namespace, name), ctx.clock(), meta.get("generation")
@@ -182,20 +192,24 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
         if not ctx.due(key, parse_duration(resolved.spec.tuning.interval), now):
             return
         with ctx.telemetry.reconcile.time():
-            obs = ctx.observation(key)
             applied = layout_of(status.get("applied"))
-            memory = ctx.fit_memories.setdefault(key, _new_memory())
-            if obs is not None and obs.available and applied is not None and obs.fit_samples:
-                memory.add(applied.tensor_parallel_size, obs.fit_samples, now)
+            workload = _workload(workloads, key, resolved, applied)
+            ctx.expected[key] = _expected(workload)
+            obs = ctx.observation(key)
+            warning = ctx.warning(key, obs, resolved.request.kv_headroom, now)
+            memory = _fit_memory(ctx, key, status, log.bind(namespace=namespace, name=name))
+            if applied is not None:
+                since = _timestamp((status.get("applied") or {}).get("appliedAt"))
+                memory.add(applied.tensor_parallel_size, ctx.take_fit_backlog(key, since), now)
             outcome = run_cycle(CycleInput(namespace, name, generation, _paused(meta), resolved, status, obs,
-                                           memory.fits(), now))
+                                           memory.fits(), now, warning, workload, memory.to_status()))
             if outcome.apply is not None:
                 objects = desired_objects(Owner(name, namespace, uid), resolved.spec, outcome.apply,
                                           resolved.gpu.gpus_per_node)
                 await _apply(ctx, objects)
                 ctx.expected[key] = Expected(replicas=outcome.apply.replicas)
             _write_status(patch, status, outcome.status)
-            ctx.telemetry.record(namespace, name, outcome, obs, now)
+            ctx.telemetry.record(namespace, name, outcome, obs, now, warning)
             for kind, reason, message in outcome.events:
                 kopf.event(body, type=kind, reason=reason, message=message[:1000])
             log.bind(namespace=namespace, name=name).info(
@@ -210,10 +224,38 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
     return registry
 
 
-def _new_memory() -> Any:
-    from infertune.observe.fitmemory import FitMemory
+def _fit_memory(ctx: OperatorContext, key: tuple[str, str], status: Mapping[str, Any], logger: Any) -> FitMemory:
+    """The resource's fit memory; after a restart it is rebuilt from status, so nothing learned is lost."""
+    memory = ctx.fit_memories.get(key)
+    if memory is None:
+        try:
+            memory = FitMemory.from_status(status.get("fitSamples"))
+        except ValueError as exc:  # a hand-edited status: start learning again rather than crash-loop
+            logger.warning("ignoring unreadable status.fitSamples", error=str(exc))
+            memory = FitMemory()
+        ctx.fit_memories[key] = memory
+    return memory
 
-    return FitMemory()
+
+def _timestamp(text: Any) -> float:
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _workload(index: Any, key: tuple[str, str], resolved: Resolved, layout: Layout | None) -> WorkloadState | None:
+    """The owned workload's rollout: the Deployment from the index; a LeaderWorkerSet is not indexed
+    (its CRD may be absent), so its replicas count as ready once applied."""
+    if layout is not None and layout.tensor_parallel_size > resolved.gpu.gpus_per_node:
+        return None
+    store = None if index is None else index.get(key)
+    return next(iter(store), None) if store else None
+
+
+def _expected(workload: WorkloadState | None) -> Expected:
+    """Only ready replicas are expected to report: a loading replica is not a missing one."""
+    return Expected(replicas=workload.ready) if workload is not None and workload.current else Expected()
 
 
 def _applied(layout: Layout, gpus_per_node: int, current: Mapping[str, Any] | None, now: float,

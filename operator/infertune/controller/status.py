@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,11 +13,10 @@ from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
 from infertune.api.status import MAX_DECISIONS
 from infertune.model import LinearFit
+from infertune.model.early_warning import CLIFF_USAGE as CLIFF_USAGE  # the cliff line, for callers
+from infertune.model.early_warning import CliffReason, CliffWarning
 from infertune.planner import Decision, Plan, PlannerState
-from infertune.planner.types import Layout, PlanRequest, SloTarget
-
-# A replica whose KV use reaches this, or that preempts, is past the cliff, not just short of headroom.
-CLIFF_USAGE = 0.98
+from infertune.planner.types import Layout, SloTarget
 
 
 def iso(now: float) -> str:
@@ -70,18 +70,53 @@ def slo_condition(obs: Observation | None, slo: SloTarget) -> ConditionUpdate:
     return ConditionUpdate(kind, "True", Reason.SLO_MET.value, "within the SLO")
 
 
-def headroom_condition(obs: Observation | None, headroom: float) -> ConditionUpdate:
+_CLIFF_REASONS = {
+    CliffReason.OK: Reason.HEADROOM_OK, CliffReason.APPROACHING: Reason.APPROACHING_CLIFF,
+    CliffReason.PAST: Reason.PAST_CLIFF, CliffReason.PREEMPTING: Reason.PREEMPTING,
+    CliffReason.UNKNOWN: Reason.WAITING_FOR_METRICS,
+}
+
+
+def headroom_condition(obs: Observation | None, warning: CliffWarning | None) -> ConditionUpdate:
+    """CacheHeadroom from the early warning: the pressure trend and preemptions, not one instant."""
     kind = ConditionType.CACHE_HEADROOM.value
-    if obs is None or not obs.available or obs.kv_usage is None:
-        return ConditionUpdate(kind, "Unknown", Reason.WAITING_FOR_METRICS.value, "no KV usage figure")
-    line = 1.0 - headroom
-    usage = obs.kv_usage
-    if usage >= CLIFF_USAGE or (obs.preemption_rate or 0.0) > 0:
-        return ConditionUpdate(kind, "False", Reason.PAST_CLIFF.value,
-                               f"KV {usage:.0%} full, {obs.preemption_rate or 0:.2f} preemptions/s")
-    if usage > line:
-        return ConditionUpdate(kind, "False", Reason.HEADROOM_LOW.value, f"KV {usage:.0%} full, line {line:.0%}")
-    return ConditionUpdate(kind, "True", Reason.HEADROOM_OK.value, f"KV {usage:.0%} full, line {line:.0%}")
+    if obs is None or not obs.available or warning is None:
+        return ConditionUpdate(kind, "Unknown", Reason.WAITING_FOR_METRICS.value, "no trusted KV figures")
+    return ConditionUpdate(kind, warning.status, _CLIFF_REASONS[warning.reason].value, warning.message)
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """The owned workload's rollout as its controller reports it (Deployment or LeaderWorkerSet status)."""
+
+    desired: int
+    ready: int
+    updated: int | None = None
+    current: bool = True  # the controller has observed the latest generation
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> WorkloadState:
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        generation = (obj.get("metadata") or {}).get("generation")
+        seen = status.get("observedGeneration")
+        return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
+                   updated=status.get("updatedReplicas"),
+                   current=generation is None or seen is None or int(seen) >= int(generation))
+
+
+def ready_condition(workload: WorkloadState | None, applied: bool) -> ConditionUpdate:
+    """Ready follows the workload's ready replicas, as a Deployment's Available does with
+    maxUnavailable 0: every desired replica must be ready, so a scale-up is not Ready until it lands."""
+    kind = ConditionType.READY.value
+    if not applied:
+        return ConditionUpdate(kind, "False", Reason.FIRST_VISIT.value, "no workload applied yet")
+    if workload is None:
+        return ConditionUpdate(kind, "False", Reason.WORKLOAD_PENDING.value,
+                               "the workload is applied; its controller has not reported status yet")
+    counts = f"{workload.ready}/{workload.desired} replicas ready"
+    if workload.ready >= workload.desired and workload.current:
+        return ConditionUpdate(kind, "True", Reason.WORKLOAD_READY.value, counts)
+    return ConditionUpdate(kind, "False", Reason.REPLICAS_NOT_READY.value, counts)
 
 
 def recommendation(plan: Plan, decision: Decision) -> dict[str, Any]:
@@ -104,7 +139,7 @@ def recommendation(plan: Plan, decision: Decision) -> dict[str, Any]:
     return out
 
 
-def observed(obs: Observation | None, slo: SloTarget) -> dict[str, Any]:
+def observed(obs: Observation | None, slo: SloTarget, warning: CliffWarning | None = None) -> dict[str, Any]:
     if obs is None:
         return {"metricsAvailable": False}
     out: dict[str, Any] = {"metricsAvailable": obs.available, "sampleTime": iso(obs.sample_time)}
@@ -115,6 +150,9 @@ def observed(obs: Observation | None, slo: SloTarget) -> dict[str, Any]:
         "ttftSeconds": _r(observed_ttft(obs, slo)), "streamTokensPerSecond": _r(stream_tps(obs), 2),
         "running": _r(obs.running, 2), "waiting": _r(obs.waiting, 2), "requestsPerSecond": _r(obs.arrival_rate),
     }
+    if warning is not None and warning.headroom_ratio is not None:
+        figures["kvHeadroomPercent"] = round(warning.headroom_ratio * 100)
+        figures["timeToCliffSeconds"] = _r(warning.time_to_cliff_seconds, 0)
     return out | {k: v for k, v in figures.items() if v is not None}
 
 
@@ -161,5 +199,3 @@ def state_to_status(state: PlannerState) -> dict[str, Any]:
     return out
 
 
-def headroom_of(request: PlanRequest) -> float:
-    return request.kv_headroom

@@ -10,11 +10,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from infertune.api.observation import Observation
 from infertune.controller.cycle import CycleOutcome
+from infertune.model.early_warning import CliffWarning
 
 LABELS = ("namespace", "name")
 _GAUGES = {
-    "kv_headroom_ratio": "1 - predicted working set / KV capacity of the fullest replica",
+    "kv_headroom_ratio": "1 - KV pressure of the fullest replica (observed use or predicted working set)",
     "time_to_cliff_seconds": "Seconds until the working set reaches the KV capacity (+Inf when not approaching)",
+    "planned_kv_headroom_ratio": "1 - the recommended layout's predicted working set / KV capacity",
     "kv_usage_ratio": "Observed KV cache use, max over replicas",
     "observed_ttft_p95_seconds": "Observed TTFT p95",
     "observed_stream_tps": "Observed per-stream decode tokens/s",
@@ -57,7 +59,8 @@ class Telemetry:
         # prometheus-client keeps no public list of a metric's label sets.
         return {tuple(k) for k in self.gauges[key]._metrics}
 
-    def record(self, ns: str, name: str, outcome: CycleOutcome, obs: Observation | None, now: float) -> None:
+    def record(self, ns: str, name: str, outcome: CycleOutcome, obs: Observation | None, now: float,
+               warning: CliffWarning | None = None) -> None:
         self.decisions.labels(ns, name, outcome.action, outcome.reason).inc()
         status, choice = outcome.status, outcome.plan.choice
         applied = status.get("applied") or {}
@@ -68,8 +71,10 @@ class Telemetry:
         slo = outcome.plan.table
         self._set("slo_max_ttft_seconds", ns, name, slo.max_ttft_seconds)
         self._set("slo_min_stream_tps", ns, name, slo.min_stream_tps)
-        headroom = None if choice is None else 1.0 - choice.kv_working_set_fraction
-        self._set("kv_headroom_ratio", ns, name, headroom)
+        planned = None if choice is None else 1.0 - choice.kv_working_set_fraction
+        self._set("planned_kv_headroom_ratio", ns, name, planned if planned is None or math.isfinite(planned) else None)
+        self._set("kv_headroom_ratio", ns, name, None if warning is None else warning.headroom_ratio)
+        self._set("time_to_cliff_seconds", ns, name, None if warning is None else warning.time_to_cliff_seconds)
         available = obs is not None and obs.available
         self._set("metrics_available", ns, name, 1.0 if available else 0.0)
         self._set("metrics_age_seconds", ns, name, None if obs is None else max(now - obs.sample_time, 0.0))
@@ -77,7 +82,6 @@ class Telemetry:
         self._set("observed_ttft_p95_seconds", ns, name, obs.ttft_p95_seconds if available and obs else None)
         itl = obs.mean_inter_token_seconds if available and obs else None
         self._set("observed_stream_tps", ns, name, 1.0 / itl if itl else None)
-        self._set("time_to_cliff_seconds", ns, name, math.inf if headroom is None or headroom > 0 else 0.0)
         fit = status.get("fit") or {}
         self._set("fit_r2", ns, name, fit.get("r2"))
         self._set("fit_samples", ns, name, fit.get("samples"))

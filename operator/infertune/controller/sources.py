@@ -1,0 +1,172 @@
+"""Where each resource's metrics come from: `spec.metrics` names a Prometheus (URL, bearer token from a
+Secret, CA from a Secret or ConfigMap, timeout) or the pods themselves. Resources that name the same
+source share one instance, so a poll still issues one query per metric per Prometheus however many
+resources read it. Credentials are read through the Kubernetes API on every poll, so a rotated token
+is picked up without a restart; a Secret that cannot be read is a fault of that source, not a crash.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infertune.actuate.apply import KubeApiError, KubeClient
+from infertune.actuate.workload import DEPLOYMENT_LABEL
+from infertune.api.observation import MetricsFault
+from infertune.api.quantities import parse_duration
+from infertune.api.spec import InferenceDeploymentSpec
+from infertune.observe import PrometheusSource
+from infertune.observe.pods import PodsSource, PodTarget
+from infertune.observe.snapshot import MetricsSource
+
+Key = tuple[str, str]
+Ref = tuple[str, str, str, str]  # (kind, namespace, name, key)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """What a resource asks for; equal specs share one source instance."""
+
+    kind: str  # "Prometheus" | "Pods"
+    url: str | None = None  # None: the operator's --prometheus-url
+    token: Ref | None = None
+    ca: Ref | None = None
+    timeout: float = 5.0
+
+    @property
+    def label(self) -> str:
+        return "pods" if self.kind == "Pods" else (self.url or "the operator's default Prometheus")
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the poller reaches one resource's replicas."""
+
+    source: SourceSpec
+    port: int  # the engine's port, for the pods source
+
+
+class SourceUnavailable(Exception):
+    def __init__(self, fault: MetricsFault, message: str) -> None:
+        super().__init__(message)
+        self.fault = fault
+
+
+def route_of(spec: InferenceDeploymentSpec, namespace: str) -> Route:
+    metrics = spec.metrics
+    if metrics.source == "Pods":
+        return Route(SourceSpec("Pods"), spec.engine.port)
+    prom = metrics.prometheus
+    if prom is None:
+        return Route(SourceSpec("Prometheus"), spec.engine.port)
+    token = None if prom.bearer_token_secret_ref is None else (
+        "Secret", namespace, prom.bearer_token_secret_ref.name, prom.bearer_token_secret_ref.key)
+    ca_ref = prom.ca_secret_ref or prom.ca_config_map_ref
+    ca = None if ca_ref is None else (
+        "Secret" if prom.ca_secret_ref is not None else "ConfigMap", namespace, ca_ref.name, ca_ref.key)
+    return Route(SourceSpec("Prometheus", prom.url, token, ca, parse_duration(prom.timeout)), spec.engine.port)
+
+
+def _read(kube: KubeClient, ref: Ref, what: str) -> str:
+    kind, namespace, name, key = ref
+    try:
+        obj = kube.get("v1", kind, namespace, name)
+    except KubeApiError as exc:
+        raise SourceUnavailable(MetricsFault.CREDENTIALS, f"{what}: cannot read {kind} {namespace}/{name}: "
+                                                          f"{exc}") from None
+    if obj is None:
+        raise SourceUnavailable(MetricsFault.CREDENTIALS, f"{what}: {kind} {namespace}/{name} not found")
+    if kind == "Secret":
+        raw = (obj.get("data") or {}).get(key)
+        if raw is None:
+            raise SourceUnavailable(MetricsFault.CREDENTIALS, f"{what}: Secret {namespace}/{name} has no key {key!r}")
+        try:
+            return base64.b64decode(raw).decode("utf-8").strip()
+        except (ValueError, UnicodeDecodeError):
+            raise SourceUnavailable(MetricsFault.CREDENTIALS,
+                                    f"{what}: Secret {namespace}/{name} key {key!r} is not base64 text") from None
+    value = (obj.get("data") or {}).get(key)
+    if value is None:
+        raise SourceUnavailable(MetricsFault.CREDENTIALS, f"{what}: ConfigMap {namespace}/{name} has no key {key!r}")
+    return str(value)
+
+
+def _ready_pod(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return ready and bool(status.get("podIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+def pod_targets(pods: Sequence[Mapping[str, Any]], ports: Mapping[Key, int]) -> list[PodTarget]:
+    """The ready pods of the routed deployments, at the engine's port. Label selectors are also
+    applied here because the test emulator ignores them."""
+    targets = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str((meta.get("labels") or {}).get(DEPLOYMENT_LABEL, "")))
+        if key in ports and _ready_pod(pod):
+            address = f"{pod['status']['podIP']}:{ports[key]}"
+            targets.append(PodTarget(key[0], key[1], str(meta.get("name", "")), f"http://{address}/metrics"))
+    return targets
+
+
+class SourceRegistry:
+    """One instance per distinct SourceSpec, rebuilt when the credentials it was built with change."""
+
+    def __init__(self, kube: KubeClient, default: MetricsSource | None = None, window: str = "1m") -> None:
+        self.kube = kube
+        self.default = default
+        self.window = window
+        self._built: dict[SourceSpec, tuple[str, MetricsSource]] = {}
+        self._ca_dir = tempfile.TemporaryDirectory(prefix="infertune-ca-")
+
+    def get(self, spec: SourceSpec) -> MetricsSource:
+        """The source for `spec`; raises SourceUnavailable when it cannot be built."""
+        if spec.kind == "Pods":
+            return self._cached(spec, "", lambda: PodsSource([], timeout=spec.timeout))
+        if spec.url is None:
+            if self.default is None:
+                raise SourceUnavailable(MetricsFault.NOT_CONFIGURED,
+                                        "no Prometheus: set spec.metrics.prometheus.url, or start the operator "
+                                        "with --prometheus-url")
+            if spec.token is None and spec.ca is None:
+                return self.default
+            default_url = getattr(self.default, "url", None)
+            if default_url is None:
+                raise SourceUnavailable(MetricsFault.NOT_CONFIGURED, "credentials given but no Prometheus URL")
+            spec = SourceSpec(spec.kind, default_url, spec.token, spec.ca, spec.timeout)
+        where = "spec.metrics.prometheus"
+        token = None if spec.token is None else _read(self.kube, spec.token, f"{where}.bearerTokenSecretRef")
+        ca = None if spec.ca is None else _read(self.kube, spec.ca, f"{where} CA")
+        fingerprint = hashlib.sha256(f"{token}\0{ca}".encode()).hexdigest()
+        return self._cached(spec, fingerprint, lambda: self._prometheus(spec, token, ca, fingerprint))
+
+    def _prometheus(self, spec: SourceSpec, token: str | None, ca: str | None, fingerprint: str) -> MetricsSource:
+        assert spec.url is not None
+        ca_path = None
+        if ca is not None:
+            path = Path(self._ca_dir.name) / f"{fingerprint[:16]}.pem"
+            path.write_text(ca)
+            ca_path = str(path)
+        return PrometheusSource(spec.url, token=token, ca_path=ca_path, timeout=spec.timeout, window=self.window)
+
+    def _cached(self, spec: SourceSpec, fingerprint: str, build: Any) -> MetricsSource:
+        found = self._built.get(spec)
+        if found is not None and found[0] == fingerprint:
+            return found[1]
+        if found is not None:
+            found[1].close()
+        source: MetricsSource = build()
+        self._built[spec] = (fingerprint, source)
+        return source
+
+    def close(self) -> None:
+        for _, source in self._built.values():
+            source.close()
+        self._built.clear()
+        self._ca_dir.cleanup()
