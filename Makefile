@@ -43,7 +43,7 @@ bench: deps
 	$(BIN)/python -m bench
 
 crds: $(STAMP)
-	$(BIN)/infertune crds --out crds
+	$(BIN)/infertune crds --out crds --reference docs/crd-reference.md
 	mkdir -p charts/infertune/files/crds && cp crds/*.yaml charts/infertune/files/crds/
 
 clean:
