@@ -22,8 +22,10 @@ API:
 - `targets`, `pods`, `endpoints` ({pod: "host:port"}), `now`, `records()` (finished requests),
   `view(pod)` (the figures a scrape would see), `file_sd(namespace, deployment)` (Prometheus
   file_sd entries carrying namespace/deployment/pod labels).
-- `add_replica(config, name=None, port=0) -> pod`, `remove_replica(pod, drain=True)`,
-  `set_max_num_seqs(pod, n)`. All are thread-safe; the fleet itself sits behind `lock`.
+- `add_replica(config, name=None, port=0, host=None) -> pod`, `remove_replica(pod, drain=True)`,
+  `set_max_num_seqs(pod, n)`. All are thread-safe; the fleet itself sits behind `lock`. `host`
+  gives one replica its own address (e.g. 127.0.0.N, as a pod has its own IP), so every replica
+  can serve on the same port.
 """
 
 from __future__ import annotations
@@ -121,13 +123,14 @@ class LiveFleet:
             self._stop.wait(self.tick)
 
     # --- membership ------------------------------------------------------------------------------
-    def add_replica(self, config: ReplicaConfig, name: str | None = None, port: int | None = None) -> str:
+    def add_replica(self, config: ReplicaConfig, name: str | None = None, port: int | None = None,
+                    host: str | None = None) -> str:
         with self.lock:
             pod = self.fleet.add_replica(config, name)
             if port is None:
                 port = self.base_port + len(self._servers) if self.base_port else 0
             try:
-                self._servers[pod] = MetricsServer(functools.partial(self.view, pod), self.host, port)
+                self._servers[pod] = MetricsServer(functools.partial(self.view, pod), host or self.host, port)
             except ValueError:
                 self.fleet.remove_replica(pod, drain=False)
                 raise

@@ -1,0 +1,38 @@
+"""The real operator, in-process: kopf with the production registry against the emulator's URL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kopf
+
+from infertune.actuate.apply import client_from_environment
+from infertune.controller import OperatorContext, build_registry
+from infertune.observe.snapshot import MetricsSource
+
+
+@contextlib.asynccontextmanager
+async def running_operator(api_url: str, source: MetricsSource | None, poll_seconds: float,
+                           cycle_seconds: float) -> AsyncIterator[OperatorContext]:
+    """Cluster-wide and standalone (the emulator breaks `--namespace` and has no peering)."""
+    ctx = OperatorContext(kube=client_from_environment(host=api_url), source=source,
+                          poll_seconds=poll_seconds, cycle_seconds=cycle_seconds)
+    registry = build_registry(cycle_seconds=cycle_seconds)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=api_url, insecure=True)
+
+    stop, ready = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(kopf.operator(registry=registry, clusterwide=True, standalone=True,
+                                             memo=kopf.Memo(ctx=ctx), stop_flag=stop, ready_flag=ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        yield ctx
+    finally:
+        stop.set()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(task, 15)
