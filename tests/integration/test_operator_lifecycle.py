@@ -65,9 +65,9 @@ def declare(emulator: Any) -> None:
 
 
 @contextlib.asynccontextmanager
-async def operator(emulator: Any, source: ScriptedSource | None = None) -> AsyncIterator[OperatorContext]:
+async def operator(emulator: Any, source: Any = None, **settings: Any) -> AsyncIterator[OperatorContext]:
     ctx = OperatorContext(kube=client_from_environment(host=str(emulator.url).rstrip("/")), source=source,
-                          poll_seconds=0.1, cycle_seconds=0.5)
+                          **{"poll_seconds": 0.1, "cycle_seconds": 0.5, **settings})
     registry = build_registry(cycle_seconds=0.5)
 
     @kopf.on.login(registry=registry)

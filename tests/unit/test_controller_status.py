@@ -1,0 +1,67 @@
+"""The status pieces the timer writes: Ready from the workload's rollout, CacheHeadroom from the cliff
+early warning, and the observed figures that carry the warning's headroom and time to the cliff."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from infertune.api.observation import MetricsFault, Observation
+from infertune.controller.status import WorkloadState, headroom_condition, observed, ready_condition
+from infertune.model.early_warning import CliffReason, CliffWarning, PressurePoint, cliff_warning
+from infertune.planner.types import SloTarget
+
+OBS = Observation(namespace="ns", deployment="d", sample_time=1000.0, available=True, kv_usage=0.5, running=4.0)
+
+
+def test_ready_needs_every_desired_replica_ready() -> None:
+    assert ready_condition(WorkloadState(desired=4, ready=4), applied=True).status == "True"
+    rolling = ready_condition(WorkloadState(desired=4, ready=2), applied=True)
+    assert (rolling.status, rolling.reason, rolling.message) == ("False", "ReplicasNotReady", "2/4 replicas ready")
+
+
+def test_ready_waits_for_the_workload_controller_to_catch_up() -> None:
+    stale = WorkloadState(desired=2, ready=2, current=False)  # status from before the last apply
+    assert ready_condition(stale, applied=True).status == "False"
+    assert ready_condition(None, applied=True).reason == "WorkloadPending"
+    assert ready_condition(None, applied=False).reason == "FirstVisit"
+
+
+def test_workload_state_reads_a_deployment() -> None:
+    deployment = {"metadata": {"generation": 3}, "spec": {"replicas": 3},
+                  "status": {"observedGeneration": 2, "readyReplicas": 3, "updatedReplicas": 1}}
+    state = WorkloadState.from_object(deployment)
+    assert (state.desired, state.ready, state.updated, state.current) == (3, 3, 1, False)
+    assert WorkloadState.from_object({"spec": {"replicas": 1}}).ready == 0  # no status yet: none ready
+
+
+@pytest.mark.parametrize(("usages", "preemptions", "status", "reason"), [
+    ([0.30, 0.30, 0.30, 0.30], 0.0, "True", "HeadroomOK"),
+    ([0.50, 0.56, 0.62, 0.68], 0.0, "False", "ApproachingCliff"),  # 0.2%/s: the cliff in ~160 s
+    ([0.93, 0.93, 0.93, 0.93], 0.0, "False", "ApproachingCliff"),  # above the 90% line, flat
+    ([0.60, 0.60, 0.60, 0.60], 0.5, "False", "Preempting"),
+    ([0.95, 0.97, 0.985, 0.99], 0.0, "False", "PastCliff"),  # the gauge tops out below 1.0
+])
+def test_cache_headroom_follows_the_early_warning(usages: list[float], preemptions: float, status: str,
+                                                 reason: str) -> None:
+    points = [PressurePoint(1000.0 + 30 * i, u) for i, u in enumerate(usages)]
+    warning = cliff_warning(points, 1090.0, preemptions)
+    condition = headroom_condition(OBS, warning)
+    assert (condition.status, condition.reason) == (status, reason)
+
+
+def test_no_trusted_metrics_means_unknown_headroom_not_ok() -> None:
+    faulted = Observation(namespace="ns", deployment="d", sample_time=1000.0, available=False,
+                          fault=MetricsFault.TIMEOUT)
+    warning = CliffWarning(0.5, math.inf, CliffReason.OK, "fine")
+    assert headroom_condition(faulted, warning).status == "Unknown"
+    assert headroom_condition(OBS, None).status == "Unknown"
+
+
+def test_observed_figures_carry_headroom_and_time_to_cliff() -> None:
+    warning = CliffWarning(0.32, 412.4, CliffReason.APPROACHING, "rising")
+    figures = observed(OBS, SloTarget(), warning)
+    assert figures["kvHeadroomPercent"] == 32 and figures["timeToCliffSeconds"] == 412
+    calm = observed(OBS, SloTarget(), CliffWarning(0.7, math.inf, CliffReason.OK, "fine"))
+    assert "timeToCliffSeconds" not in calm  # not approaching: absent, not a huge number
