@@ -126,3 +126,10 @@ def test_policy_merge_reaches_the_rendered_defaults() -> None:
     policy = parse_policy(yaml.safe_load((ROOT / "policies/batch.yaml").read_text())["spec"])
     resolved = resolve(parse_spec(raw), policy)
     assert resolved.request.slo.max_ttft_seconds == 60 and resolved.request.slo.min_stream_tps is None
+
+
+def test_render_refuses_a_tp_the_resource_does_not_allow(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "-f", str(ROOT / "examples/kimi-k2.6-b200.yaml"),
+                 "--policy", str(ROOT / "policies/coding-agent.yaml"), "--tp", "16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("infertune render: error: --tp: 16 is not one of the resource's tensorParallelSizes (4, 8)")

@@ -72,6 +72,10 @@ def handle(args: argparse.Namespace) -> int:
     for flag, value in given:
         if value is not None and value < (0 if flag == "--replicas" else 1):
             raise UserError(f"{flag}: must be positive, got {value}")
+    request = resolved.request
+    if args.tp is not None and args.tp not in request.tp_sizes:
+        raise UserError(f"--tp: {args.tp} is not one of the resource's tensorParallelSizes "
+                        f"({', '.join(str(t) for t in request.tp_sizes)})")
     layout = replace(layout, tensor_parallel_size=args.tp or layout.tensor_parallel_size,
                      max_num_seqs=args.max_num_seqs or layout.max_num_seqs,
                      replicas=layout.replicas if args.replicas is None else args.replicas)

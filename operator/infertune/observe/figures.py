@@ -88,6 +88,17 @@ _RATE_KEYS = ("preemptions", "prompt_tokens", "generation_tokens", "prefix_queri
               "prompt_length_count", "generation_length_sum", "generation_length_count")
 
 
+def _rate_figures(rates: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The figures that come from counter rates, the same for one replica and for a deployment."""
+    return {
+        "preemption_rate": rates["preemptions"], "arrival_rate": rates["ttft_count"],
+        "completion_rate": rates["completions"], "mean_prompt_tokens": _mean_prompt(rates),
+        "mean_cached_tokens": _cached(rates), "mean_generated_tokens": _mean_generated(rates),
+        "mean_inter_token_seconds": _ratio(rates["itl_sum"], rates["itl_count"]),
+        "prefix_hit_rate": _ratio(rates["prefix_hits"], rates["prefix_queries"]),
+    }
+
+
 def replica_observation(fig: PodFigures) -> ReplicaObservation:
     rates = {k: _rate(fig, k) for k in _RATE_KEYS}
     return ReplicaObservation(
@@ -95,17 +106,10 @@ def replica_observation(fig: PodFigures) -> ReplicaObservation:
         running=_finite(fig.gauges.get("running")),
         waiting=_finite(fig.gauges.get("waiting")),
         kv_usage=_finite(fig.gauges.get("kv_usage")),
-        preemption_rate=rates["preemptions"],
-        arrival_rate=rates["ttft_count"],
-        completion_rate=rates["completions"],
-        mean_prompt_tokens=_mean_prompt(rates),
-        mean_cached_tokens=_cached(rates),
-        mean_generated_tokens=_mean_generated(rates),
+        **_rate_figures(rates),
         ttft_p50_seconds=_finite(fig.ttft.get(0.5)),
         ttft_p95_seconds=_finite(fig.ttft.get(0.95)),
         ttft_p99_seconds=_finite(fig.ttft.get(0.99)),
-        mean_inter_token_seconds=_ratio(rates["itl_sum"], rates["itl_count"]),
-        prefix_hit_rate=_ratio(rates["prefix_hits"], rates["prefix_queries"]),
         kv_capacity_tokens=fig.capacity_tokens,
     )
 
@@ -190,17 +194,10 @@ def build_observation(key: DeploymentKey, figs: Sequence[PodFigures], expected: 
         waiting=_sum([r.waiting for r in reps]),
         kv_usage=max(known_usage) if known_usage and len(known_usage) == len(usages) else None,
         mean_kv_usage=sum(known_usage) / len(known_usage) if known_usage else None,
-        preemption_rate=rates["preemptions"],
-        arrival_rate=rates["ttft_count"],
-        completion_rate=rates["completions"],
-        mean_prompt_tokens=_mean_prompt(rates),
-        mean_cached_tokens=_cached(rates),
-        mean_generated_tokens=_mean_generated(rates),
+        **_rate_figures(rates),
         ttft_p50_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[0])),
         ttft_p95_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[1])),
         ttft_p99_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[2])),
-        mean_inter_token_seconds=_ratio(rates["itl_sum"], rates["itl_count"]),
-        prefix_hit_rate=_ratio(rates["prefix_hits"], rates["prefix_queries"]),
         # Per replica; the smallest pool is where the cliff comes first.
         kv_capacity_tokens=min(capacities) if capacities else None,
         fit_samples=fit_samples(figs),
