@@ -114,17 +114,18 @@ def _thinned(rate_at: Callable[[float], float], top: float, end: float, rng: ran
 
 # --- prompt context --------------------------------------------------------------------------
 @lru_cache(maxsize=8)
-def _fresh_scale_table(shape: SessionShape) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(scales, mean prompts): the request-weighted mean prompt when every fresh-token draw of
-    `shape` is multiplied by a scale. Drawn once with common random numbers, so the curve is
-    smooth in the scale; session compaction at max_context is what makes it non-linear."""
+def _fresh_scale_table(shape: SessionShape) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """(scales, mean prompts, turns per session): the request-weighted mean prompt, and how many
+    turns a session lasts, when every fresh-token draw of `shape` is multiplied by a scale. Drawn
+    once with common random numbers, so the curves are smooth in the scale; session compaction at
+    max_context is what makes them non-linear."""
     rng = random.Random(0)
     sessions = []
     for _ in range(2_000):
         turns = shape.turns(rng)
         sessions.append([(shape.fresh(rng, turn), shape.output(rng)) for turn in range(turns)])
     scales = tuple(0.05 * 1.08**i for i in range(80))
-    means = []
+    means, turns_per_session = [], []
     for k in scales:
         total = count = 0
         for session in sessions:
@@ -137,9 +138,10 @@ def _fresh_scale_table(shape: SessionShape) -> tuple[tuple[float, ...], tuple[fl
                 count += 1
                 context = prompt + output
         means.append(total / count)
+        turns_per_session.append(count / len(sessions))
     for i in range(1, len(means)):  # a sampling wobble must not make the inverse ambiguous
         means[i] = max(means[i], means[i - 1])
-    return scales, tuple(means)
+    return scales, tuple(means), tuple(turns_per_session)
 
 
 def mean_prompt(shape: SessionShape) -> float:
@@ -148,15 +150,23 @@ def mean_prompt(shape: SessionShape) -> float:
 
 
 def scaled_mean_prompt(shape: SessionShape, scale: float) -> float:
-    scales, means = _fresh_scale_table(shape)
+    scales, means, _ = _fresh_scale_table(shape)
     return _interpolate(list(zip(scales, means, strict=True)), scale)
+
+
+def turns_per_session(shape: SessionShape, context_tokens: float | None = None) -> float:
+    """Mean requests per session of the shape (scaled to a mean prompt, if given): sessions/s x
+    this is requests/s."""
+    scales, means, turns = _fresh_scale_table(shape)
+    scale = 1.0 if context_tokens is None else _interpolate(list(zip(means, scales, strict=True)), context_tokens)
+    return _interpolate(list(zip(scales, turns, strict=True)), scale)
 
 
 @lru_cache(maxsize=1_024)
 def scaled_to_context(shape: SessionShape, context_tokens: float) -> SessionShape:
     """The shape with its fresh tokens scaled so its mean prompt is `context_tokens`. Answers, turn
     counts and think times stay: agents read more context, they do not write longer answers."""
-    scales, means = _fresh_scale_table(shape)
+    scales, means, _ = _fresh_scale_table(shape)
     if not means[0] <= context_tokens <= means[-1]:
         raise ValueError(f"a mean prompt of {context_tokens:.0f} tokens is out of reach of the {shape.name} shape "
                          f"({means[0]:.0f}..{means[-1]:.0f} with compaction at {shape.max_context})")
@@ -215,4 +225,4 @@ def scenario(name: str, peak_rate: float, duration: float) -> Scenario:
 
 
 __all__ = ["SCENARIOS", "WORKDAY", "Phase", "Scenario", "coding_agent_day", "context_growth", "mean_prompt",
-           "scaled_to_context", "scenario", "spike"]
+           "scaled_to_context", "scenario", "spike", "turns_per_session"]

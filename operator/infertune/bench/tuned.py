@@ -1,0 +1,137 @@
+"""The infertune policy: what the operator does every cycle, run against the twin in virtual time.
+
+Nothing here decides. The resource is seed 000's example with the coding-agent ServingPolicy,
+resolved by `actuate.request.resolve`; each pod's /metrics is the replica's exporter text, read by
+the real `PodsSource` (parser, deltas, fault rules) into the real `Observation`; the poller runs
+every 15 s as the operator's does, and every `spec.tuning.interval` the `tune` handler's body runs:
+feed `FitMemory`, call `controller.cycle.run_cycle`, apply `outcome.apply`, keep `outcome.status`
+for the next cycle. The virtual clock starts at EPOCH so timestamps in the status look real.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infertune.actuate.request import Resolved, resolve, starting_layout
+from infertune.api.policy import parse_policy
+from infertune.api.quantities import parse_duration
+from infertune.api.spec import parse_spec
+from infertune.bench.actuation import Actuator
+from infertune.bench.metrics import Slo
+from infertune.controller.cycle import CycleInput, run_cycle
+from infertune.controller.status import iso, layout_of
+from infertune.observe import Expected, FitMemory, PodsSource, PodTarget, Snapshot
+from infertune.planner.types import Layout
+from infertune.sim.exporter import ReplicaView, render
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "examples/kimi-k2.6-b200.yaml"
+POLICY = REPO / "policies/coding-agent.yaml"
+EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+POLL_SECONDS = 15.0  # OperatorContext.poll_seconds
+
+
+def _document(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the bench resource is built from it (run from a checkout)")
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+def bench_resource(pool_gpus: int, startup_seconds: float | None = None,
+                   expected_rps: float | None = None) -> tuple[Resolved, str, str]:
+    """(resolved spec, namespace, name): the example resource sized for the bench's pool.
+
+    Only the pool and replica bounds, the load time and the starting demand hint (when given) change; the SLO,
+    TP sizes, concurrency range and guardrails are the example's and the policy's own.
+    """
+    doc, policy = _document(EXAMPLE), _document(POLICY)
+    spec = doc["spec"]
+    spec["hardware"]["poolGpus"] = pool_gpus
+    spec["tuning"]["replicas"]["max"] = pool_gpus // min(spec["tuning"]["tensorParallelSizes"])
+    if startup_seconds is not None:
+        spec["engine"]["startupSeconds"] = round(startup_seconds)
+    if expected_rps is not None:
+        spec["workload"] = {**spec.get("workload", {}), "expectedRequestsPerSecond": f"{expected_rps:.3f}"}
+    resolved = resolve(parse_spec(spec), parse_policy(policy["spec"]), None)
+    return resolved, doc["metadata"]["namespace"], doc["metadata"]["name"]
+
+
+def slo_of(resolved: Resolved) -> Slo:
+    slo = resolved.request.slo
+    if slo.max_ttft_seconds is None or slo.min_stream_tps is None:
+        raise ValueError("the bench needs a TTFT limit and a per-stream floor in the policy's SLO")
+    return Slo(slo.max_ttft_seconds, slo.min_stream_tps)
+
+
+@dataclass
+class Infertune:
+    resolved: Resolved
+    namespace: str
+    deployment: str
+    name: str = "infertune"
+    max_surge: int | None = 1  # the operator renders maxSurge 1, maxUnavailable 0
+    memory: FitMemory = field(default_factory=FitMemory)
+    status: dict[str, Any] = field(default_factory=dict)
+    cycles: int = 0
+    _expected: Expected | None = None
+    _snapshot: Snapshot | None = None
+    _source: PodsSource | None = None
+    _next_poll: float = 0.0
+    _last_cycle: float | None = None
+
+    def start(self) -> Layout:
+        """What `converge` applies on create: the plan on the hints, before any metric."""
+        layout, _ = starting_layout(self.resolved, EPOCH)
+        self.status = {"applied": {"tensorParallelSize": layout.tensor_parallel_size,
+                                   "maxNumSeqs": layout.max_num_seqs, "replicas": layout.replicas,
+                                   "workloadKind": "Deployment", "appliedAt": iso(EPOCH)},
+                       "replicas": layout.replicas}
+        self._expected = Expected(replicas=layout.replicas)
+        return layout
+
+    def tick(self, now: float, actuator: Actuator) -> None:
+        if now >= self._next_poll:
+            self._next_poll = now + POLL_SECONDS
+            self._snapshot = self._poll(now, actuator)
+        interval = parse_duration(self.resolved.spec.tuning.interval)
+        if self._last_cycle is not None and now - self._last_cycle < interval * 0.9:  # OperatorContext.due
+            return
+        self._last_cycle = now
+        self._cycle(EPOCH + now, actuator)
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+
+    def _poll(self, now: float, actuator: Actuator) -> Snapshot:
+        fleet = actuator.fleet
+        if self._source is None:
+            def fetch(target: PodTarget) -> str:
+                return render(ReplicaView.of(fleet.replicas[target.pod].engine)).decode()
+
+            origin = actuator.origin
+            self._source = PodsSource([], clock=lambda: EPOCH + fleet.now - origin, fetch=fetch, workers=1)
+        # The controller scrapes the ready pods; loading and terminating ones are no endpoints.
+        self._source.set_targets([PodTarget(self.namespace, self.deployment, r.name, f"http://{r.name}:8000/metrics")
+                                  for r in actuator.serving() if actuator.ready(r)])
+        expected = {(self.namespace, self.deployment): self._expected} if self._expected else {}
+        return self._source.poll(expected, EPOCH + now)
+
+    def _cycle(self, now: float, actuator: Actuator) -> None:
+        """controller/handlers.py `tune`, minus the API writes."""
+        obs = None if self._snapshot is None else self._snapshot.get(self.namespace, self.deployment)
+        applied = layout_of(self.status.get("applied"))
+        if obs is not None and obs.available and applied is not None and obs.fit_samples:
+            self.memory.add(applied.tensor_parallel_size, obs.fit_samples, now)
+        outcome = run_cycle(CycleInput(self.namespace, self.deployment, 1, False, self.resolved, self.status, obs,
+                                       self.memory.fits(), now))
+        self.cycles += 1
+        if outcome.apply is not None:
+            actuator.apply(outcome.apply)
+            self._expected = Expected(replicas=outcome.apply.replicas)
+        self.status = outcome.status
