@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,21 +69,19 @@ def _ready_condition(ready: bool, reason: str) -> Obj:
 
 class FleetAgent:
     def __init__(self, kube: KubeHttp, live: LiveFleet, base: ReplicaConfig, load_delay: float,
-                 file_sd: Path | None = None, on_pods: Callable[[Sequence[SimPod]], None] | None = None,
-                 period: float = 0.5) -> None:
+                 file_sd: Path | None = None, period: float = 0.5) -> None:
         self.kube = kube
         self.live = live
         self.base = base
         self.load_delay = load_delay
         self.file_sd = file_sd
-        self.on_pods = on_pods
         self.period = period
         self.errors = 0
         self.last_error = ""
         self._pods: dict[str, SimPod] = {}
         self._ips = itertools.count()
         self._names = itertools.count()
-        self._published: list[tuple[str, str, bool]] | None = None
+        self._published: list[tuple[str, str]] | None = None
 
     @property
     def pods(self) -> list[SimPod]:
@@ -192,14 +190,12 @@ class FleetAgent:
                 await self.kube.delete(PODS, pod.namespace, pod.name)
 
     def _publish(self) -> None:
-        state = sorted((p.name, p.address, p.ready) for p in self._pods.values())
+        state = sorted((p.name, p.address) for p in self._pods.values())
         if state == self._published:
             return
         self._published = state
         if self.file_sd is not None:
             write_file_sd(self.file_sd, file_sd_groups(self.pods))
-        if self.on_pods is not None:
-            self.on_pods(self.pods)
 
 
 def file_sd_groups(pods: Sequence[SimPod], labels: Labels | None = None) -> list[Obj]:

@@ -1,4 +1,5 @@
-"""The real operator, in-process: kopf with the production registry against the emulator's URL."""
+"""The real operator, in-process: kopf with the production registry against the emulator's URL.
+Each resource names its metrics source (spec.metrics), so no default Prometheus is given here."""
 
 from __future__ import annotations
 
@@ -11,15 +12,14 @@ import kopf
 
 from infertune.actuate.apply import client_from_environment
 from infertune.controller import OperatorContext, build_registry
-from infertune.observe.snapshot import MetricsSource
 
 
 @contextlib.asynccontextmanager
-async def running_operator(api_url: str, source: MetricsSource | None, poll_seconds: float,
-                           cycle_seconds: float) -> AsyncIterator[OperatorContext]:
+async def running_operator(api_url: str, poll_seconds: float, cycle_seconds: float,
+                           metrics_window: str) -> AsyncIterator[OperatorContext]:
     """Cluster-wide and standalone (the emulator breaks `--namespace` and has no peering)."""
-    ctx = OperatorContext(kube=client_from_environment(host=api_url), source=source,
-                          poll_seconds=poll_seconds, cycle_seconds=cycle_seconds)
+    ctx = OperatorContext(kube=client_from_environment(host=api_url), poll_seconds=poll_seconds,
+                          cycle_seconds=cycle_seconds, metrics_window=metrics_window)
     registry = build_registry(cycle_seconds=cycle_seconds)
 
     @kopf.on.login(registry=registry)

@@ -1,17 +1,22 @@
 """What the demo's users do: a ramp, a 3x spike in arrivals, then contexts growing from 40K to 100K
 tokens, as one `Scenario` of the twin (sim.scenario) with coding-agent sessions (seed 000's shape).
 
-Times are seconds since the first replica served. Sessions are long (7-16 turns of ~25 s), so the
-number of sessions in flight, and with it the request rate the operator reads, follows the arrival
-rate with a lag; the spike lasts long enough for that lag to play out.
+Times are seconds since the first replica served. Seed 000's sessions last ~5 minutes (7-16 turns
+of ~1K-token answers), longer than the whole compressed run, so sessions in flight would only pile
+up. The demo's agents answer in tool-call-sized turns (~300 tokens) and run 6-12 turns, so a session
+lasts ~1.5 minutes and the request rate settles within each act; prompts, caching and think times
+stay seed 000's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from infertune.sim.scenario import Phase, Scenario
 from infertune.sim.traffic import CODING_AGENT
+
+DEMO_AGENT = replace(CODING_AGENT, name="coding-agent-demo", output_mean=300, output_median=220, min_turns=6,
+                     max_turns=12)
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ def script(base_rate: float, ramp: float, spike_at: float, spike_for: float, gro
     scenario_phases = _phases(points)
     acts = (Act(0.0, "ramp"), Act(spike_at, "3x spike"), Act(spike_end, "after the spike"),
             Act(growth_at, "context 40K -> 100K"), Act(growth_end, "100K contexts"))
-    return Script(Scenario(name, growth_end + tail, CODING_AGENT, scenario_phases),
+    return Script(Scenario(name, growth_end + tail, DEMO_AGENT, scenario_phases),
                   tuple(sorted(acts, key=lambda a: a.at)))
 
 
@@ -75,10 +80,10 @@ def _at(points: list[tuple[float, float]], t: float) -> float:
 
 def full() -> Script:
     """About four minutes of traffic: the whole demo stays under five."""
-    return script(base_rate=0.05, ramp=40, spike_at=50, spike_for=70, growth_at=110, growth_for=90, tail=30)
+    return script(base_rate=0.19, ramp=40, spike_at=50, spike_for=70, growth_at=110, growth_for=90, tail=30)
 
 
 def fast() -> Script:
     """The same story in about 35 s, for `--fast` (and the smoke test)."""
-    return script(base_rate=0.08, ramp=5, spike_at=6, spike_for=14, growth_at=12, growth_for=16, tail=5,
+    return script(base_rate=0.4, ramp=5, spike_at=6, spike_for=14, growth_at=12, growth_for=16, tail=5,
                   name="demo-fast")

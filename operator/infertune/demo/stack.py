@@ -1,6 +1,7 @@
 """The whole product on one machine, as an async context manager: kmock's emulated cluster, a
-simulated fleet paced by the wall clock, the fleet agent, the metrics source (Debian's Prometheus
-scraping the pods, or the pods themselves) and the real operator.
+simulated fleet paced by the wall clock, the fleet agent, and the real operator, which reads the
+metrics source the resource names: Debian's Prometheus scraping the pods (through the agent's
+file_sd file), or the pods themselves (the Pod objects the agent writes carry their IPs).
 
     async with DemoStack(settings, prometheus) as stack:
         await stack.apply(demo_resource(stack.port, stack.prometheus_url))
@@ -19,21 +20,18 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from infertune.controller import OperatorContext
-from infertune.demo.agent import FleetAgent, SimPod
+from infertune.demo.agent import FleetAgent
 from infertune.demo.cluster import INFERENCE_DEPLOYMENTS, SERVING_POLICIES, KubeHttp, emulated_cluster
 from infertune.demo.operator import running_operator
 from infertune.demo.prometheus import PrometheusProcess, free_port
 from infertune.demo.resource import policies
 from infertune.demo.traffic import Delayed
-from infertune.observe import PodsSource, PodTarget, PrometheusSource
-from infertune.observe.snapshot import MetricsSource
 from infertune.sim.config import ReplicaConfig
 from infertune.sim.live import LiveFleet
 from infertune.sim.traffic import TrafficSource
@@ -47,7 +45,6 @@ class StackSettings:
     poll_seconds: float = 1.0
     cycle_seconds: float = 1.0
     window: str = "15s"  # the rate() window; with 1 s scrapes, 15 samples per rate
-    stale_after: float = 20.0
     base: ReplicaConfig = ReplicaConfig(model="kimi-k2.6", gpu="b200")
     seed: int = 0
 
@@ -71,19 +68,6 @@ class DemoStack:
     def prometheus_url(self) -> str | None:
         return None if self.prometheus is None else self.prometheus.url
 
-    def _source(self) -> tuple[MetricsSource, Callable[[Sequence[SimPod]], None] | None]:
-        s = self.settings
-        if self.prometheus is not None:
-            return PrometheusSource(self.prometheus.url, timeout=2.0, window=s.window, stale_after=s.stale_after), None
-        pods = PodsSource([], timeout=2.0, stale_after=s.stale_after)
-
-        def ready_pods(all_pods: Sequence[SimPod]) -> None:
-            # Stands in for the operator's own pod discovery: the ready pods of each deployment.
-            pods.set_targets([PodTarget(p.namespace, p.deployment, p.name, f"http://{p.address}/metrics")
-                              for p in all_pods if p.ready])
-
-        return pods, ready_pods
-
     async def __aenter__(self) -> DemoStack:
         try:
             self.kube = await self._exit.enter_async_context(emulated_cluster())
@@ -91,16 +75,14 @@ class DemoStack:
                 await self.kube.create(SERVING_POLICIES, policy)
             self.live.start()
             self._exit.callback(self.live.stop)
-            source, on_pods = self._source()
-            self._exit.callback(source.close)
             self.agent = FleetAgent(self.kube, self.live, self.settings.base, self.settings.load_delay,
-                                    self._file_sd, on_pods)
+                                    self._file_sd)
             agent_task = asyncio.create_task(self.agent.run(), name="fleet-agent")
             self._exit.push_async_callback(_cancel, agent_task)
             if self._file_sd is not None:
                 self._exit.callback(self._file_sd.unlink, missing_ok=True)
             self.operator = await self._exit.enter_async_context(running_operator(
-                self.kube.base_url, source, self.settings.poll_seconds, self.settings.cycle_seconds))
+                self.kube.base_url, self.settings.poll_seconds, self.settings.cycle_seconds, self.settings.window))
         except BaseException:
             await self._exit.aclose()
             raise
