@@ -31,13 +31,11 @@ lint: $(STAMP)
 test: deps lint
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
-# Until the closed-loop demo lands: plan seed 000's example and write its plot.
+# The closed loop on this machine: kmock's emulated cluster, the fleet agent with simulated vLLM
+# replicas, Debian's Prometheus and the operator, through a ramp, a 3x spike and context growth.
 demo: deps
-	mkdir -p demo-report
-	$(BIN)/infertune plan --model kimi-k2.6 --gpu b200 --tp 4,8,16 --workload coding-agent \
-	  --min-stream-tps 25 --max-ttft 3 --fit 5.2,1.65 --demand-rps 2 --pool-gpus 64 \
-	  --plot demo-report/plan.png | tee demo-report/plan.txt
-	@echo "report: demo-report/plan.txt, plot: demo-report/plan.png"
+	$(BIN)/infertune demo --report demo-report
+	@echo "report: demo-report/report.md (plots demo-report/*.png, figures demo-report/summary.json)"
 
 bench: deps
 	$(BIN)/python -m bench
