@@ -34,5 +34,5 @@ async def running_operator(api_url: str, poll_seconds: float, cycle_seconds: flo
         yield ctx
     finally:
         stop.set()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(task, 15)
+        # wait(), not wait_for(): kopf may end its own task cancelled, which is a clean stop here.
+        await asyncio.wait([task], timeout=15)
