@@ -1,10 +1,15 @@
 """The real operator, in-process: kopf with the production registry against the emulator's URL.
-Each resource names its metrics source (spec.metrics), so no default Prometheus is given here."""
+Each resource names its metrics source (spec.metrics), so no default Prometheus is given here.
+
+It runs on a thread with its own event loop: on stop, kopf cancels every task of its loop that
+it did not find at startup, which in a shared loop would include the caller's own tasks.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,13 +31,15 @@ async def running_operator(api_url: str, poll_seconds: float, cycle_seconds: flo
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kopf.ConnectionInfo(server=api_url, insecure=True)
 
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(kopf.operator(registry=registry, clusterwide=True, standalone=True,
-                                             memo=kopf.Memo(ctx=ctx), stop_flag=stop, ready_flag=ready))
+    stop, ready = threading.Event(), threading.Event()
+    thread = threading.Thread(target=asyncio.run, name="operator", daemon=True, args=(
+        kopf.operator(registry=registry, clusterwide=True, standalone=True, memo=kopf.Memo(ctx=ctx),
+                      stop_flag=stop, ready_flag=ready),))
+    thread.start()
     try:
-        await asyncio.wait_for(ready.wait(), 30)
+        if not await asyncio.to_thread(ready.wait, 30):
+            raise TimeoutError("the operator did not start within 30 s")
         yield ctx
     finally:
         stop.set()
-        # wait(), not wait_for(): kopf may end its own task cancelled, which is a clean stop here.
-        await asyncio.wait([task], timeout=15)
+        await asyncio.to_thread(thread.join, 15)
