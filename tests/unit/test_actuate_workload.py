@@ -133,3 +133,13 @@ def test_render_refuses_a_tp_the_resource_does_not_allow(capsys: pytest.CaptureF
                  "--policy", str(ROOT / "policies/coding-agent.yaml"), "--tp", "16"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == ("infertune render: error: --tp: 16 is not one of the resource's tensorParallelSizes (4, 8)")
+
+
+def test_scaling_changes_the_object_but_not_the_pod_template() -> None:
+    """A pod-template change rolls every pod; a scale must only change spec.replicas."""
+    three, five = _render(Layout(4, 8, 3))[0], _render(Layout(4, 8, 5))[0]
+    template_hash = three["spec"]["template"]["metadata"]["annotations"][INPUT_HASH]
+    assert five["spec"]["template"] == three["spec"]["template"]
+    assert five["metadata"]["annotations"][INPUT_HASH] != three["metadata"]["annotations"][INPUT_HASH]
+    retuned = _render(Layout(4, 6, 3))[0]
+    assert retuned["spec"]["template"]["metadata"]["annotations"][INPUT_HASH] != template_hash

@@ -83,13 +83,12 @@ def test_relayout_only_when_the_saving_beats_the_restart():
     # TP8 c=16 costs more than TP4 c=8 for the same demand: a re-layout pays back within the hour.
     p, d = run(3.0, PlannerState(applied=Layout(8, 16, 12)))
     assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout" and d.target == p.layout
-    # A TP8 fleet with (nearly) the plan's GPU count saves too little to pay for reloading the model.
-    assert p.layout is not None
-    nearly = Layout(8, 16, -(-p.layout.gpus // 8))
-    _, d = run(3.0, PlannerState(applied=nearly))
+    # TP4 c=7 serves this demand with the plan's 40 GPUs too: nothing saved, so no restart.
+    _, d = run(3.0, PlannerState(applied=Layout(4, 7, 10)))
     assert d.action is Action.HOLD and d.reason == "RelayoutNotWorthIt"
+    # Within the re-layout cooldown the running shape only follows demand: 12 -> 8 TP8 replicas, 2 at a time.
     _, d = run(3.0, PlannerState(applied=Layout(8, 16, 12), last_relayout_at=NOW - 60))
-    assert d.action is Action.HOLD and d.reason == "RelayoutCooldown"
+    assert d.action is Action.SCALE_DOWN and d.target == Layout(8, 16, 10) and "RelayoutCooldown" in d.message
 
 
 def test_an_unsafe_running_layout_is_relaid_out_despite_cooldown():
@@ -105,3 +104,33 @@ def test_next_state_records_what_was_applied_and_the_recommendation():
     assert s.recent_recommendations[-1] == (NOW, p.layout.replicas)
     recommend_only = next_state(PlannerState(applied=Layout(4, 8, 3)), d, RAILS, applied=False)
     assert recommend_only.applied == Layout(4, 8, 3) and recommend_only.last_scale_up_at is None
+
+
+def test_a_held_relayout_still_scales_the_running_shape_with_demand():
+    # The plan prefers c=8, which is not worth a restart; demand needs 10 replicas of c=7 meanwhile.
+    p, d = run(3.0, PlannerState(applied=Layout(4, 7, 8)))
+    assert p.layout == Layout(4, 8, 10)
+    assert d.action is Action.SCALE_UP and d.target == Layout(4, 7, 10)
+    assert "keeping TP4 max-num-seqs 7" in d.message and "RelayoutNotWorthIt" in d.message
+    assert d.recommended == p.layout
+
+
+def test_an_observed_ttft_miss_scales_up_through_the_cooldown():
+    late = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=6.0, ttft_p95_seconds=7.5)
+    state = PlannerState(applied=Layout(4, 8, 5), last_scale_up_at=NOW - 30)
+    _, d = run(6.0, state, late)
+    assert d.action is Action.SCALE_UP and d.reason == "SLOMissed"
+    _, d = run(6.0, state)  # the same demand, within the SLO: the cooldown holds
+    assert d.reason == "ScaleUpCooldown"
+
+
+def test_preemptions_make_the_running_shape_unsafe():
+    # In its re-layout cooldown, TP8 c=16 would only be resized; the engine preempting says its working
+    # set no longer fits, so the re-layout goes ahead now.
+    state = PlannerState(applied=Layout(8, 16, 8), last_relayout_at=NOW - 60)
+    _, calm = run(3.0, state)
+    assert calm.action is Action.HOLD and calm.reason == "RelayoutCooldown"
+    preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
+                             preemption_rate=0.2)
+    p, d = run(3.0, state, preempting)
+    assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe" and d.target == p.layout

@@ -63,12 +63,13 @@ def input_hash(obj: Obj) -> str:
 
 
 def _stamped(obj: Obj) -> Obj:
-    digest = input_hash(obj)
-    obj["metadata"].setdefault("annotations", {})[INPUT_HASH] = digest
     template = obj.get("spec", {}).get("template")
     if template is not None:
-        # On the pod template too: `kubectl describe pod` shows which input a pod was built from.
-        template["metadata"].setdefault("annotations", {})[INPUT_HASH] = digest
+        # The pod template gets the hash of the template alone: a pod-template change rolls the pods,
+        # so a scale (spec.replicas) must not change it. `kubectl describe pod` shows which input a
+        # pod was built from.
+        template["metadata"].setdefault("annotations", {})[INPUT_HASH] = input_hash(template)
+    obj["metadata"].setdefault("annotations", {})[INPUT_HASH] = input_hash(obj)
     return obj
 
 

@@ -79,6 +79,7 @@ class CandidateTable:
     shortfall: FloatArray
     min_stream_tps: float | None
     max_ttft_seconds: float | None
+    ttft_percentile: int = 95
 
     def __len__(self) -> int:
         return int(self.tp.size)
@@ -180,4 +181,5 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         per_stream_tps=cat["tps"], ttft_seconds=cat["ttft"], cost=cat["cost"], kv_fraction=cat["frac"],
         headroom_line=line, verdict=cat["v"].astype(np.int64), shortfall=cat["short"],
         min_stream_tps=request.slo.min_stream_tps, max_ttft_seconds=request.slo.max_ttft_seconds,
+        ttft_percentile=request.slo.ttft_percentile,
     )

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from infertune.api.observation import Observation
+from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.plan import Plan
 from infertune.planner.types import Action, Guardrails, Layout, PlannerState
 
@@ -44,8 +45,14 @@ class _Context:
     now: float
     proposed: Layout | None
     applied: Layout | None
-    # The running layout itself would cross the KV line or miss the SLO: safety overrides thrift.
+    # The running shape itself no longer meets the SLO below the KV line (by the model), or the
+    # engine reports it past the cliff or decoding below the floor: safety overrides thrift.
     applied_unsafe: bool
+    # The running shape with the replicas this demand needs (None when unsafe): the baseline a
+    # re-layout must beat, and what runs instead when a re-layout is held.
+    current: Layout | None = None
+    # Observed TTFT or per-stream speed is outside the SLO: a scale-up skips hysteresis and cooldown.
+    slo_missed: bool = False
 
 
 def _ok(name: str, reason: str = "Passed", message: str = "") -> Check:
@@ -96,7 +103,8 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
         return _ok("relayout-payback")
     assert ctx.proposed is not None
     price_per_gpu_second = _price(ctx) / 3600.0
-    saving = (ctx.applied.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
+    baseline = ctx.current or ctx.applied
+    saving = (baseline.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
     restart = ctx.proposed.gpus * price_per_gpu_second * ctx.rails.model_load_seconds
     if saving <= restart:
         return _hold("relayout-payback", "RelayoutNotWorthIt",
@@ -110,7 +118,8 @@ def check_hysteresis(ctx: _Context) -> Check:
     delta = ctx.proposed.replicas - ctx.applied.replicas
     if delta == 0:
         return _hold("hysteresis", "UpToDate", "the running layout is the plan")
-    if abs(delta) < ctx.rails.hysteresis * ctx.applied.replicas and not ctx.applied_unsafe:
+    urgent = ctx.applied_unsafe or (ctx.slo_missed and delta > 0)
+    if abs(delta) < ctx.rails.hysteresis * ctx.applied.replicas and not urgent:
         return _hold("hysteresis", "WithinHysteresis",
                      f"{delta:+d} replica(s) is within {ctx.rails.hysteresis:.0%} of {ctx.applied.replicas}")
     return _ok("hysteresis")
@@ -121,7 +130,7 @@ def check_scale_cooldowns(ctx: _Context) -> Check:
         return _ok("scale-cooldown")
     if ctx.proposed.replicas > ctx.applied.replicas:
         waited = _since(ctx.state.last_scale_up_at, ctx.now)
-        if waited < ctx.rails.scale_up_cooldown_s and not ctx.applied_unsafe:
+        if waited < ctx.rails.scale_up_cooldown_s and not (ctx.applied_unsafe or ctx.slo_missed):
             return _hold("scale-cooldown", "ScaleUpCooldown",
                          f"last scale-up {waited:.0f} s ago (cooldown {ctx.rails.scale_up_cooldown_s:.0f} s)")
         return _ok("scale-cooldown")
@@ -169,13 +178,39 @@ def _price(ctx: _Context) -> float:
     return choice.cost_per_million_tokens * choice.processed_tps * 3600.0 / 1e6 / choice.tp
 
 
-def _applied_unsafe(plan: Plan, applied: Layout | None) -> bool:
+def _stream_tps(obs: Observation | None) -> float | None:
+    itl = None if obs is None or not obs.available else obs.mean_inter_token_seconds
+    return None if itl is None or itl <= 0 else 1.0 / itl
+
+
+def _observed_ttft(obs: Observation | None, percentile: int) -> float | None:
+    if obs is None or not obs.available:
+        return None
+    by_percentile = {50: obs.ttft_p50_seconds, 95: obs.ttft_p95_seconds, 99: obs.ttft_p99_seconds}
+    return by_percentile[min(by_percentile, key=lambda p: abs(p - percentile))]
+
+
+def _past_cliff(obs: Observation | None) -> bool:
+    if obs is None or not obs.available:
+        return False
+    return (obs.preemption_rate or 0.0) > 0 or (obs.kv_usage is not None and obs.kv_usage >= CLIFF_USAGE)
+
+
+def _too_slow(plan: Plan, obs: Observation | None) -> bool:
+    floor, tps = plan.table.min_stream_tps, _stream_tps(obs)
+    return floor is not None and tps is not None and tps < floor
+
+
+def _slo_missed(plan: Plan, obs: Observation | None) -> bool:
+    limit, ttft = plan.table.max_ttft_seconds, _observed_ttft(obs, plan.table.ttft_percentile)
+    return _too_slow(plan, obs) or (limit is not None and ttft is not None and ttft > limit)
+
+
+def _applied_unsafe(plan: Plan, applied: Layout | None, current: Layout | None, obs: Observation | None) -> bool:
     if applied is None:
         return False
-    for tp, grid in zip((g.tp for g in plan.table.grids), plan.table.grids, strict=True):
-        if tp == applied.tensor_parallel_size:
-            return applied.max_num_seqs > grid.cliff_concurrency * plan.table.headroom_line
-    return False
+    # A TTFT miss is not the shape's fault (queueing is fixed by replicas), a slow decode or the cliff is.
+    return current is None or _past_cliff(obs) or _too_slow(plan, obs)
 
 
 def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
@@ -183,34 +218,61 @@ def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
     return replace(proposed, replicas=applied.replicas + delta)
 
 
-def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
-           now: float) -> Decision:
-    applied = state.applied
-    ctx = _Context(plan, state, observation, guardrails, now, plan.layout, applied, _applied_unsafe(plan, applied))
-    checks: list[Check] = []
+def _chain(ctx: _Context, checks: list[Check]) -> Decision | None:
+    """Runs the checks; the holding Decision, or None when every check passed."""
     for check in CHECKS:
         result = check(ctx)
         checks.append(result)
         if not result.passed:
             action = Action.NONE if result.reason in ("UpToDate", "WithinHysteresis") else Action.HOLD
-            return Decision(action, None, plan.layout, result.reason, result.message, tuple(checks), now)
-    proposed = plan.layout
+            return Decision(action, None, ctx.plan.layout, result.reason, result.message, tuple(checks), ctx.now)
+    return None
+
+
+def _act(ctx: _Context, checks: list[Check]) -> Decision:
+    proposed, applied, rails = ctx.proposed, ctx.applied, ctx.rails
     assert proposed is not None
     if applied is None:
-        return Decision(Action.RELAYOUT, proposed, proposed, "InitialLayout", plan.reason, tuple(checks), now)
+        return Decision(Action.RELAYOUT, proposed, proposed, "InitialLayout", ctx.plan.reason, tuple(checks), ctx.now)
     if not applied.same_shape(proposed):
         reason = "CurrentLayoutUnsafe" if ctx.applied_unsafe else "CheaperLayout"
-        return Decision(Action.RELAYOUT, proposed, proposed, reason, plan.reason, tuple(checks), now)
-    target = _bounded_step(applied, proposed, guardrails.max_step_replicas)
+        return Decision(Action.RELAYOUT, proposed, proposed, reason, ctx.plan.reason, tuple(checks), ctx.now)
+    target = _bounded_step(applied, proposed, rails.max_step_replicas)
     limited = target.replicas != proposed.replicas
     if target.replicas > applied.replicas:
-        action, reason = Action.SCALE_UP, "DemandRising"
+        action, reason = Action.SCALE_UP, "SLOMissed" if ctx.slo_missed else "DemandRising"
     else:
         action, reason = Action.SCALE_DOWN, "DemandFalling"
     message = f"{applied.replicas} -> {target.replicas} replica(s)"
     if limited:
-        message += f" (max step {guardrails.max_step_replicas}; the plan wants {proposed.replicas})"
-    return Decision(action, target, proposed, reason, message, tuple(checks), now)
+        message += f" (max step {rails.max_step_replicas}; the plan wants {proposed.replicas})"
+    return Decision(action, target, proposed, reason, message, tuple(checks), ctx.now)
+
+
+_RELAYOUT_HOLDS = ("RelayoutCooldown", "RelayoutNotWorthIt")
+
+
+def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
+           now: float) -> Decision:
+    applied = state.applied
+    current = None if applied is None else plan.sized(applied)
+    unsafe = _applied_unsafe(plan, applied, current, observation)
+    ctx = _Context(plan, state, observation, guardrails, now, plan.layout, applied, unsafe,
+                   None if unsafe else current, _slo_missed(plan, observation))
+    checks: list[Check] = []
+    held = _chain(ctx, checks)
+    if held is None:
+        return _act(ctx, checks)
+    if held.reason not in _RELAYOUT_HOLDS or ctx.current is None or applied is None:
+        return held
+    # The better shape must wait; the running one still scales with demand meanwhile.
+    fallback = replace(ctx, proposed=ctx.current)
+    scaled = _chain(fallback, checks) or _act(fallback, checks)
+    if scaled.target is None:
+        return held  # nothing to scale either: the held re-layout is the news
+    shape = f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs}"
+    return replace(scaled, recommended=plan.layout,
+                   message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
 
 
 def next_state(state: PlannerState, decision: Decision, rails: Guardrails, applied: bool = True) -> PlannerState:

@@ -6,7 +6,7 @@ Pure and deterministic: the same request, observation and `now` always give the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -30,6 +30,10 @@ class Plan:
     capacity_shortfall_gpus: int
     closest: Candidate | None  # when infeasible: the candidate that misses by the least
     decided_at: float
+    # Every feasible row (table index) and the replicas it needs for the demand: what `sized()` reads.
+    feasible_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False, compare=False)
+    feasible_replicas: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False,
+                                          compare=False)
 
     @property
     def needed_gpus(self) -> int:
@@ -39,6 +43,17 @@ class Plan:
 
     def candidates(self) -> list[Candidate]:
         return self.table.rows()
+
+    def sized(self, shape: Layout) -> Layout | None:
+        """`shape`'s TP and concurrency with the replicas this demand needs; None when that shape
+        no longer meets the SLO below the KV headroom line (or the pool cannot hold one replica)."""
+        rows = self.feasible_rows
+        hit = np.flatnonzero((self.table.tp[rows] == shape.tensor_parallel_size)
+                             & (self.table.concurrency[rows] == shape.max_num_seqs))
+        if hit.size == 0:
+            return None
+        replicas = int(self.feasible_replicas[int(hit[0])])
+        return Layout(shape.tensor_parallel_size, shape.max_num_seqs, replicas) if replicas > 0 else None
 
 
 def effective_workload(base: Workload, observation: Observation | None) -> Workload:
@@ -116,7 +131,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
-        closest=None, decided_at=now,
+        closest=None, decided_at=now, feasible_rows=feasible, feasible_replicas=replicas,
     )
 
 
