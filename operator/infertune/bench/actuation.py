@@ -98,16 +98,23 @@ class Actuator:
         # A rollout in progress. Old pods that are not ready serve nobody: they go at once.
         self._remove([r for r in old if not r.routable(now)], len(old))
         old = [r for r in old if r.routable(now)]
-        surge = target.replicas if self.max_surge is None else self.max_surge
-        room = min(target.replicas + surge - len(new) - len(old), target.replicas - len(new))
-        for _ in range(max(room, 0)):
-            self._add(target, at=now)
+        self._surge(target, want)
         new = [r for r in self.serving() if shape_of(r) == want]
         ready_new = sum(r.routable(now) for r in new)
         # maxUnavailable 0: an old pod may go only if the ready pods left still reach the count.
         self._remove(old, max(len(old) + ready_new - target.replicas, 0))
         if len(new) > target.replicas:
             self._remove(new, len(new) - target.replicas)
+        self._surge(target, want)  # the room an old pod left is taken in the same sync
+
+    def _surge(self, target: Layout, want: Shape) -> None:
+        """Starts new-template pods up to the count, never more than max_surge above it in all."""
+        pods = self.serving()
+        new = sum(shape_of(r) == want for r in pods)
+        surge = target.replicas if self.max_surge is None else self.max_surge
+        room = min(target.replicas + surge - len(pods), target.replicas - new)
+        for _ in range(max(room, 0)):
+            self._add(target, at=self.fleet.now)
 
     def _add(self, layout: Layout, at: float) -> None:
         config = self.base.with_(tp=layout.tensor_parallel_size, max_num_seqs=layout.max_num_seqs,

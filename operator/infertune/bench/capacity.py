@@ -5,8 +5,10 @@ Two runs per layout (TP, max-num-seqs) and session shape:
    them); its request throughput is what the layout does flat out;
 2. open loop: a few replicas behind the session-affinity router get Poisson session starts at a
    falling share of that throughput until both SLOs hold for QUALIFYING_ATTAINMENT of requests.
-   Random arrivals and uneven sessions need headroom a closed loop never shows, and the oracle
-   must size for arrivals like the bench's own.
+   Random arrivals and uneven sessions need headroom a closed loop never shows. A trace is
+   checked with Poisson arrivals of its own request sizes: its real bursts (the Azure code hour
+   has 13x its mean rate in its busiest 10 s) would disqualify every layout at any sane load,
+   so they are what the trace scenario tests every policy on, the oracle included.
 The oracle and the static sizing read replica counts off this table; it is measured, not
 predicted, so they size with the twin's own truth, as hindsight would.
 """
@@ -25,7 +27,7 @@ from infertune.sim.traffic import poisson
 # A layout qualifies for the oracle when this share of its requests met each SLO in the sweep.
 QUALIFYING_ATTAINMENT = 0.99
 CONCURRENCY_GRID = (4, 8, 12, 16, 20, 24, 32, 40, 48, 64)
-LOAD_SHARES = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4)  # of the closed-loop throughput
+LOAD_SHARES = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # of the closed-loop throughput
 OPEN_LOOP_REPLICAS = 4
 
 

@@ -13,6 +13,7 @@ has room to over- or under-provision. The traffic is rebuilt from the seed for e
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -112,29 +113,44 @@ def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, s
     if name not in NAMES:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, all")
     length = duration or DURATIONS[name]
-    # Size at the heaviest shape the scenario reaches: for context growth, its final contexts.
-    heaviest = scaled_to_context(CODING_AGENT, 100_000) if name == "context-growth" else CODING_AGENT
-    best = best_capacity(sweep, heaviest, tps)
-    peak_rps = FILL * pool_gpus / best.tp * best.sustained_rps
-    context = 100_000 if name == "context-growth" else None
-    peak_sessions = peak_rps / turns_per_session(CODING_AGENT, context)
-    sc = scenario(name, peak_sessions, length)
-    note = (f"{length / 3600:g} h; peak {peak_sessions:.3f} sessions/s (~{peak_rps:.2f} req/s), sized so "
-            f"TP{best.tp} c={best.max_num_seqs} needs {FILL:.0%} of {pool_gpus} GPUs at the peak")
+    # A first guess from the base shape, then scaled so that the heaviest window of the hindsight
+    # demand needs FILL of the pool (contexts that grow change both turns per session and capacity).
+    best = best_capacity(sweep, CODING_AGENT, tps)
+    guess = FILL * pool_gpus / best.tp * best.sustained_rps / turns_per_session(CODING_AGENT)
+    probe = BenchCase(name, length, seed, scenario=scenario(name, guess, length))
+    need = _peak_gpus(probe, sweep, tps)
+    peak_sessions = guess * FILL * pool_gpus / need
+    case = BenchCase(name, length, seed, scenario=scenario(name, peak_sessions, length))
+    note = (f"{length / 3600:g} h; peak {peak_sessions:.3f} sessions/s, sized so the hindsight-best layouts "
+            f"need {FILL:.0%} of {pool_gpus} GPUs in the heaviest window")
     if name == "coding-agent-day" and length < 86_400:
         note += f"; the day is compressed {86_400 / length:g}x"
-    return BenchCase(name, length, seed, scenario=sc, note=note)
+    return replace(case, note=note)
+
+
+def _peak_gpus(case: BenchCase, sweep: CapacitySweep, tps: Sequence[int], window: float = 900.0) -> float:
+    """The most GPUs any window's demand needs at its best layout's sustained rate (fractional)."""
+    arrivals = case.arrivals()
+    need, start = 0.0, 0.0
+    while start < case.duration:
+        end = min(start + window, case.duration)
+        count = bisect.bisect_left(arrivals, end) - bisect.bisect_left(arrivals, start)
+        best = best_capacity(sweep, case.shape_at(end), tps)
+        need = max(need, count / (end - start) / best.sustained_rps * best.tp)
+        start = end
+    return need
 
 
 def _trace_case(name: str, path: Path, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, seed: int,
                 duration: float, multiplier: float | None) -> BenchCase:
     rows = tuple(load_trace(path))
     span = rows[-1].offset + 1.0
+    rate = len(rows) / span
     if multiplier is None:
         best = best_capacity(sweep, trace_shape(rows), tps)
-        multiplier = FILL * pool_gpus / best.tp * best.sustained_rps / (len(rows) / span)
+        multiplier = FILL * pool_gpus / best.tp * best.sustained_rps / rate
     if multiplier <= 0:
         raise ValueError("--rate-multiplier must be > 0")
     note = (f"{path.name}: {len(rows):,} requests over {span / 60:.0f} min replayed {multiplier:.1f}x faster "
-            f"({len(rows) / span * multiplier:.1f} req/s), back to back for {duration / 3600:g} h")
+            f"({rate * multiplier:.1f} req/s), back to back for {duration / 3600:g} h")
     return BenchCase(name, duration, seed, trace=rows, rate_multiplier=multiplier, note=note)
