@@ -6,7 +6,7 @@ Pure and deterministic: the same request, observation and `now` always give the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,10 +30,9 @@ class Plan:
     capacity_shortfall_gpus: int
     closest: Candidate | None  # when infeasible: the candidate that misses by the least
     decided_at: float
-    # Every feasible row (table index) and the replicas it needs for the demand: what `sized()` reads.
-    feasible_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False, compare=False)
-    feasible_replicas: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False,
-                                          compare=False)
+    # What replica sizing used, so `sized()` can size any shape for the same demand.
+    # (demand with headroom, min replicas, max replicas, pool GPUs)
+    sizing: tuple[float | None, int, int, int | None] = (None, 1, 64, None)
 
     @property
     def needed_gpus(self) -> int:
@@ -45,15 +44,26 @@ class Plan:
         return self.table.rows()
 
     def sized(self, shape: Layout) -> Layout | None:
-        """`shape`'s TP and concurrency with the replicas this demand needs; None when that shape
-        no longer meets the SLO below the KV headroom line (or the pool cannot hold one replica)."""
-        rows = self.feasible_rows
-        hit = np.flatnonzero((self.table.tp[rows] == shape.tensor_parallel_size)
-                             & (self.table.concurrency[rows] == shape.max_num_seqs))
+        """`shape`'s TP and concurrency with the replicas this demand needs. None when that shape
+        cannot run safely at all (weights, pool, or a working set over the KV headroom line); a shape
+        that only misses the SLO by the model's estimate is still sized, since the engine's own
+        figures judge that."""
+        table = self.table
+        hit = np.flatnonzero((table.tp == shape.tensor_parallel_size) & (table.concurrency == shape.max_num_seqs))
         if hit.size == 0:
             return None
-        replicas = int(self.feasible_replicas[int(hit[0])])
-        return Layout(shape.tensor_parallel_size, shape.max_num_seqs, replicas) if replicas > 0 else None
+        row = int(hit[0])
+        if Verdict(int(table.verdict[row])) in _UNSAFE:
+            return None
+        demand, low, high, pool = self.sizing
+        if pool is not None:
+            high = min(high, pool // shape.tensor_parallel_size)
+        rate = float(_rates(table, np.array([row]))[0])
+        needed = low if not demand or rate <= 0 else max(low, math.ceil(demand / rate))
+        return Layout(shape.tensor_parallel_size, shape.max_num_seqs, max(1, min(needed, high)))
+
+
+_UNSAFE = (Verdict.WEIGHTS_DO_NOT_FIT, Verdict.EXCEEDS_POOL, Verdict.OVER_KV_HEADROOM)
 
 
 def effective_workload(base: Workload, observation: Observation | None) -> Workload:
@@ -131,8 +141,13 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
-        closest=None, decided_at=now, feasible_rows=feasible, feasible_replicas=replicas,
+        closest=None, decided_at=now, sizing=_sizing(request, demand),
     )
+
+
+def _sizing(request: PlanRequest, demand: float | None) -> tuple[float | None, int, int, int | None]:
+    wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
+    return wanted, request.replicas_min, request.replicas_max, request.pool_gpus
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
