@@ -125,12 +125,47 @@ def test_an_observed_ttft_miss_scales_up_through_the_cooldown():
 
 
 def test_preemptions_make_the_running_shape_unsafe():
-    # In its re-layout cooldown, TP8 c=16 would only be resized; the engine preempting says its working
-    # set no longer fits, so the re-layout goes ahead now.
-    state = PlannerState(applied=Layout(8, 16, 8), last_relayout_at=NOW - 60)
+    # In its re-layout cooldown, TP8 c=20 would only be resized; the engine preempting says its working
+    # set no longer fits, so the re-layout to a roomier shape (TP4 c=8: more KV per stream) goes ahead now.
+    state = PlannerState(applied=Layout(8, 20, 8), last_relayout_at=NOW - 60)
     _, calm = run(3.0, state)
     assert calm.action is Action.HOLD and calm.reason == "RelayoutCooldown"
     preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
                              preemption_rate=0.2)
     p, d = run(3.0, state, preempting)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe" and d.target == p.layout
+
+
+def test_a_missing_request_rate_holds_instead_of_falling_back_to_the_hint():
+    # Metrics exist but a new replica has no rate yet: sizing on the spec's hint would scale down.
+    no_rate = Observation("ns", "kimi", sample_time=NOW - 5, available=True, running=40.0, waiting=12.0)
+    _, d = run(6.0, PlannerState(applied=Layout(4, 8, 7)), no_rate)
+    assert d.action is Action.HOLD and d.reason == "NoDemandFigure"
+
+
+def test_a_queue_counts_as_demand():
+    served = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0, waiting=0.0)
+    queued = replace(served, waiting=120.0)  # 120 waiting = 2 more req/s for a minute
+    calm, backlog = plan(request(0.0), served, NOW), plan(request(0.0), queued, NOW)
+    assert backlog.demand_rps == calm.demand_rps + 2.0
+    assert backlog.layout.replicas > calm.layout.replicas
+
+
+def test_with_no_feasible_layout_the_running_shape_still_gets_replicas():
+    # An SLO no layout can meet (400 tok/s per stream on Kimi): hold the shape, but add capacity.
+    strict = replace(request(6.0), slo=SloTarget(400.0, 3.0))
+    p = plan(strict, fresh(6.0), NOW)
+    assert not p.feasible
+    d = decide(p, PlannerState(applied=Layout(4, 8, 3)), fresh(6.0), RAILS, NOW)
+    assert d.action is Action.SCALE_UP and d.target == Layout(4, 8, 5) and "NoFeasibleLayout" in d.message
+    d = decide(p, PlannerState(applied=Layout(4, 8, 20)), fresh(6.0), RAILS, NOW)
+    assert d.action is Action.HOLD and d.reason == "NoFeasibleLayout"  # never removes capacity on a failed plan
+
+
+def test_preemptions_from_overload_do_not_restart_into_a_tighter_shape():
+    # TP4 c=6 preempting under load: the plan's TP4 c=8 gives each stream less room, so no restart.
+    preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
+                             preemption_rate=0.2)
+    p, d = run(3.0, PlannerState(applied=Layout(4, 6, 11), last_relayout_at=NOW - 60), preempting)
+    assert p.layout == Layout(4, 8, 10)
+    assert d.action is not Action.RELAYOUT

@@ -23,8 +23,10 @@ from infertune.api.spec import parse_spec
 from infertune.bench.actuation import Actuator
 from infertune.bench.metrics import Slo
 from infertune.controller.cycle import CycleInput, run_cycle
-from infertune.controller.status import iso, layout_of
+from infertune.controller.status import WorkloadState, iso, layout_of
+from infertune.model.early_warning import WarningPolicy
 from infertune.observe import Expected, FitMemory, PodsSource, PodTarget, Snapshot
+from infertune.observe.history import PressureHistory
 from infertune.planner.types import Layout
 from infertune.sim.exporter import ReplicaView, render
 
@@ -76,9 +78,9 @@ class Infertune:
     name: str = "infertune"
     max_surge: int | None = 1  # the operator renders maxSurge 1, maxUnavailable 0
     memory: FitMemory = field(default_factory=FitMemory)
+    history: PressureHistory = field(default_factory=PressureHistory)
     status: dict[str, Any] = field(default_factory=dict)
     cycles: int = 0
-    _expected: Expected | None = None
     _snapshot: Snapshot | None = None
     _source: PodsSource | None = None
     _next_poll: float = 0.0
@@ -91,7 +93,6 @@ class Infertune:
                                    "maxNumSeqs": layout.max_num_seqs, "replicas": layout.replicas,
                                    "workloadKind": "Deployment", "appliedAt": iso(EPOCH)},
                        "replicas": layout.replicas}
-        self._expected = Expected(replicas=layout.replicas)
         return layout
 
     def tick(self, now: float, actuator: Actuator) -> None:
@@ -116,22 +117,39 @@ class Infertune:
 
             origin = actuator.origin
             self._source = PodsSource([], clock=lambda: EPOCH + fleet.now - origin, fetch=fetch, workers=1)
-        # The controller scrapes the ready pods; loading and terminating ones are no endpoints.
+        # The controller scrapes the ready pods; loading and terminating ones are no endpoints, and are
+        # not expected either (controller/context.py, the Pods source).
+        ready = [r for r in actuator.serving() if actuator.ready(r)]
         self._source.set_targets([PodTarget(self.namespace, self.deployment, r.name, f"http://{r.name}:8000/metrics")
-                                  for r in actuator.serving() if actuator.ready(r)])
-        expected = {(self.namespace, self.deployment): self._expected} if self._expected else {}
-        return self._source.poll(expected, EPOCH + now)
+                                  for r in ready])
+        expected = {(self.namespace, self.deployment): Expected(frozenset(r.name for r in ready), len(ready))}
+        snapshot = self._source.poll(expected, EPOCH + now)
+        self.history.record(snapshot)
+        return snapshot
+
+    def _workload(self, actuator: Actuator, applied: Layout | None) -> WorkloadState | None:
+        """The Deployment status the operator's index would hold: ready pods, and those on the applied shape."""
+        if applied is None:
+            return None
+        ready = [r for r in actuator.serving() if actuator.ready(r)]
+        updated = [r for r in ready if (r.config.tp, r.config.max_num_seqs)
+                   == (applied.tensor_parallel_size, applied.max_num_seqs)]
+        return WorkloadState(desired=applied.replicas, ready=len(ready), updated=len(updated))
 
     def _cycle(self, now: float, actuator: Actuator) -> None:
         """controller/handlers.py `tune`, minus the API writes."""
-        obs = None if self._snapshot is None else self._snapshot.get(self.namespace, self.deployment)
+        key = (self.namespace, self.deployment)
+        obs = None if self._snapshot is None else self._snapshot.get(*key)
         applied = layout_of(self.status.get("applied"))
-        if obs is not None and obs.available and applied is not None and obs.fit_samples:
+        workload = self._workload(actuator, applied)
+        mid_rollout = workload is not None and workload.updated is not None and workload.updated < workload.ready
+        if obs is not None and obs.available and applied is not None and obs.fit_samples and not mid_rollout:
             self.memory.add(applied.tensor_parallel_size, obs.fit_samples, now)
+        warning = None if obs is None or not obs.available else self.history.warning(
+            key, now, obs.preemption_rate, WarningPolicy(headroom=self.resolved.request.kv_headroom))
         outcome = run_cycle(CycleInput(self.namespace, self.deployment, 1, False, self.resolved, self.status, obs,
-                                       self.memory.fits(), now))
+                                       self.memory.fits(), now, warning, workload, self.memory.to_status()))
         self.cycles += 1
         if outcome.apply is not None:
             actuator.apply(outcome.apply)
-            self._expected = Expected(replicas=outcome.apply.replicas)
         self.status = outcome.status

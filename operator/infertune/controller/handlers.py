@@ -198,9 +198,10 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
             obs = ctx.observation(key)
             warning = ctx.warning(key, obs, resolved.request.kv_headroom, now)
             memory = _fit_memory(ctx, key, status, log.bind(namespace=namespace, name=name))
-            if applied is not None:
-                since = _timestamp((status.get("applied") or {}).get("appliedAt"))
-                memory.add(applied.tensor_parallel_size, ctx.take_fit_backlog(key, since), now)
+            since = _timestamp((status.get("applied") or {}).get("appliedAt"))
+            samples = ctx.take_fit_backlog(key, since)
+            if applied is not None and not _mid_rollout(workload):
+                memory.add(applied.tensor_parallel_size, samples, now)
             outcome = run_cycle(CycleInput(namespace, name, generation, _paused(meta), resolved, status, obs,
                                            memory.fits(), now, warning, workload, memory.to_status()))
             if outcome.apply is not None:
@@ -251,6 +252,11 @@ def _workload(index: Any, key: tuple[str, str], resolved: Resolved, layout: Layo
         return None
     store = None if index is None else index.get(key)
     return next(iter(store), None) if store else None
+
+
+def _mid_rollout(workload: WorkloadState | None) -> bool:
+    """Old pods still serving beside new ones: their windows would mix two layouts in one fit."""
+    return workload is not None and workload.updated is not None and int(workload.updated) < workload.ready
 
 
 def _expected(workload: WorkloadState | None) -> Expected:

@@ -77,6 +77,9 @@ def check_metrics_fresh(ctx: _Context) -> Check:
     if age > ctx.rails.stale_after_s:
         limit = ctx.rails.stale_after_s
         return _hold("metrics", "MetricsStale", f"newest sample is {age:.0f} s old (limit {limit:.0f} s)")
+    if obs.arrival_rate is None:
+        # A replica that just became ready has no rate yet: the demand is unknown, not the hint.
+        return _hold("metrics", "NoDemandFigure", "no request rate yet (a new replica needs a second scrape)")
     return _ok("metrics", "MetricsFresh")
 
 
@@ -206,11 +209,20 @@ def _slo_missed(plan: Plan, obs: Observation | None) -> bool:
     return _too_slow(plan, obs) or (limit is not None and ttft is not None and ttft > limit)
 
 
+def _roomier(proposed: Layout | None, applied: Layout) -> bool:
+    """More KV pool per stream (the pool grows with TP): a move away from the cliff."""
+    return proposed is not None and (proposed.tensor_parallel_size * applied.max_num_seqs
+                                     > applied.tensor_parallel_size * proposed.max_num_seqs)
+
+
 def _applied_unsafe(plan: Plan, applied: Layout | None, current: Layout | None, obs: Observation | None) -> bool:
     if applied is None:
         return False
-    # A TTFT miss is not the shape's fault (queueing is fixed by replicas), a slow decode or the cliff is.
-    return current is None or _past_cliff(obs) or _too_slow(plan, obs)
+    if current is None:
+        return True  # by the model, the running shape's working set crosses the KV line
+    # The engine's own figures overrule the model only for a move that gives each stream more room:
+    # a TTFT miss, or preemptions from overload, are fixed by replicas, not by a restart.
+    return (_past_cliff(obs) or _too_slow(plan, obs)) and _roomier(plan.layout, applied)
 
 
 def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
@@ -249,7 +261,9 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
     return Decision(action, target, proposed, reason, message, tuple(checks), ctx.now)
 
 
-_RELAYOUT_HOLDS = ("RelayoutCooldown", "RelayoutNotWorthIt")
+# Holds under which the running shape still follows demand: a better shape must wait, or none meets
+# the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
+_RELAYOUT_HOLDS = ("RelayoutCooldown", "RelayoutNotWorthIt", "NoFeasibleLayout")
 
 
 def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
@@ -265,8 +279,9 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
         return _act(ctx, checks)
     if held.reason not in _RELAYOUT_HOLDS or ctx.current is None or applied is None:
         return held
-    # The better shape must wait; the running one still scales with demand meanwhile.
     fallback = replace(ctx, proposed=ctx.current)
+    if held.reason == "NoFeasibleLayout" and ctx.current.replicas <= applied.replicas:
+        return held  # best effort adds capacity; it never removes it on a plan that failed
     scaled = _chain(fallback, checks) or _act(fallback, checks)
     if scaled.target is None:
         return held  # nothing to scale either: the held re-layout is the news

@@ -88,10 +88,19 @@ def effective_workload(base: Workload, observation: Observation | None) -> Workl
     )
 
 
+# A queue is demand the fleet did not serve: it is added as the rate that would drain it in this time.
+BACKLOG_DRAIN_SECONDS = 60.0
+
+
 def observed_demand(request: PlanRequest, observation: Observation | None) -> float | None:
-    if observation is not None and observation.available and observation.arrival_rate is not None:
-        return max(observation.arrival_rate, 0.0)
-    return request.demand_rps
+    """Requests/s to size for. The hint only until metrics exist: once they do, a missing rate is
+    unknown (the guardrails hold), never the hint. The first-token rate saturates at what the fleet
+    serves, so the waiting queue is added on top."""
+    if observation is None or not observation.available:
+        return request.demand_rps
+    if observation.arrival_rate is None:
+        return None
+    return max(observation.arrival_rate, 0.0) + max(observation.waiting or 0.0, 0.0) / BACKLOG_DRAIN_SECONDS
 
 
 def _replica_bounds(request: PlanRequest, tp: np.ndarray) -> np.ndarray:
@@ -182,4 +191,5 @@ def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload,
     return Plan(
         feasible=False, reason=reason, choice=None, layout=None, table=table, workload=workload,
         demand_rps=demand, needed_replicas=None, capacity_shortfall_gpus=0, closest=closest, decided_at=now,
+        sizing=_sizing(request, demand),
     )
