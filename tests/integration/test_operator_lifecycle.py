@@ -55,7 +55,7 @@ def declare(emulator: Any) -> None:
     emulator.resources[SVPOL] = info(kind="ServingPolicy", namespaced=False, verbs=verbs, shortnames={"svpol"})
     emulator.resources[DEPLOY] = info(kind="Deployment", namespaced=True, verbs=verbs, subresources={"status"})
     emulator.resources[SERVICE] = info(kind="Service", namespaced=True, verbs=verbs)
-    emulator.resources[LWS] = info(kind="LeaderWorkerSet", namespaced=True, verbs=verbs)
+    emulator.resources[LWS] = info(kind="LeaderWorkerSet", namespaced=True, verbs=verbs, subresources={"status"})
     emulator.resources["v1/configmaps"] = info(kind="ConfigMap", namespaced=True, verbs=verbs)
     emulator.resources["v1/events"] = info(kind="Event", namespaced=True, verbs=verbs)
     # kopf's backbone: it discovers CRDs and namespaces before it starts watching anything.
@@ -131,14 +131,15 @@ async def eventually(probe: Callable[[], Any], timeout: float = 15.0) -> Any:
         await asyncio.sleep(0.05)
 
 
-async def report_ready(emulator: Any, name: str, ready: int, ns: str = NS) -> None:
-    """Plays the Deployment controller: the emulator runs none, so nothing else writes its status."""
-    deployment = stored(emulator, DEPLOY, name, ns)
-    assert deployment is not None
-    status = {"observedGeneration": deployment["metadata"].get("generation", 1),
-              "replicas": deployment["spec"]["replicas"], "updatedReplicas": ready, "readyReplicas": ready,
+async def report_ready(emulator: Any, name: str, ready: int, ns: str = NS, plural: str = DEPLOY) -> None:
+    """Plays the workload's controller: the emulator runs none, so nothing else writes its status."""
+    workload = stored(emulator, plural, name, ns)
+    assert workload is not None
+    status = {"observedGeneration": workload["metadata"].get("generation", 1),
+              "replicas": workload["spec"]["replicas"], "updatedReplicas": ready, "readyReplicas": ready,
               "availableReplicas": ready}
-    async with emulator.patch(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}/status",
+    group_version, _, resource_plural = plural.rpartition("/")
+    async with emulator.patch(f"/apis/{group_version}/namespaces/{ns}/{resource_plural}/{name}/status",
                               json={"status": status}, headers={"Content-Type": "application/merge-patch+json"}) as r:
         assert r.status < 300, await r.text()
 

@@ -23,6 +23,7 @@ from tests.integration.test_operator_lifecycle import (
     operator,
     post,
     post_policies,
+    report_ready,
     resource,
     stored,
 )
@@ -102,6 +103,11 @@ async def test_tp16_on_8_gpu_nodes_renders_a_leader_worker_set(kmock: Any) -> No
         lws = await eventually(lambda: stored(kmock, LWS, "kimi-k2"))
         infd = await eventually(lambda: (o := stored(kmock, INFD, "kimi-k2")) and o.get("status", {}).get("applied")
                                 and o)
+        # Ready follows the LeaderWorkerSet's own ready replicas, as it does a Deployment's.
+        await report_ready(kmock, "kimi-k2", ready=lws["spec"]["replicas"], plural=LWS)
+        ready = await eventually(lambda: (c := condition(stored(kmock, INFD, "kimi-k2"), "Ready"))
+                                 and c["status"] == "True" and c)
+    assert ready["reason"] == "WorkloadReady"
     assert stored(kmock, DEPLOY, "kimi-k2") is None
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     assert infd["status"]["applied"]["workloadKind"] == "LeaderWorkerSet"

@@ -84,3 +84,14 @@ class Observation:
     prefix_hit_rate: float | None = None
     kv_capacity_tokens: int | None = None  # per replica
     fit_samples: tuple[tuple[float, float], ...] = field(default=())  # (running batch, seconds per pass)
+
+    @property
+    def stream_tps(self) -> float | None:
+        """Per-stream decode speed: one token per inter-token interval."""
+        itl = self.mean_inter_token_seconds
+        return None if itl is None or itl <= 0 else 1.0 / itl
+
+    def ttft_at(self, percentile: int) -> float | None:
+        """The observed TTFT quantile nearest the SLO's percentile (p50, p95 or p99)."""
+        by_percentile = {50: self.ttft_p50_seconds, 95: self.ttft_p95_seconds, 99: self.ttft_p99_seconds}
+        return by_percentile[min(by_percentile, key=lambda p: abs(p - percentile))]

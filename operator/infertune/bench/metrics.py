@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from infertune.controller.status import CLIFF_USAGE
+from infertune.model.early_warning import CLIFF_USAGE
 from infertune.sim import Fleet, RequestRecord
 
 

@@ -142,7 +142,7 @@ class Infertune:
         obs = None if self._snapshot is None else self._snapshot.get(*key)
         applied = layout_of(self.status.get("applied"))
         workload = self._workload(actuator, applied)
-        mid_rollout = workload is not None and workload.updated is not None and workload.updated < workload.ready
+        mid_rollout = workload is not None and workload.mid_rollout
         if obs is not None and obs.available and applied is not None and obs.fit_samples and not mid_rollout:
             self.memory.add(applied.tensor_parallel_size, obs.fit_samples, now)
         warning = None if obs is None or not obs.available else self.history.warning(

@@ -72,11 +72,6 @@ class OperatorContext:
         snapshot = None if route is None else self.snapshots.get(route.source)
         return None if snapshot is None else snapshot.get(*key)
 
-    @property
-    def snapshot(self) -> Snapshot | None:
-        """The newest snapshot of any source (for `infertune observe`-style summaries)."""
-        return max(self.snapshots.values(), key=lambda s: s.time, default=None)
-
     def warning(self, key: Key, obs: Observation | None, headroom: float, now: float) -> CliffWarning | None:
         if obs is None or not obs.available:
             return None

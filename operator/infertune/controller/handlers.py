@@ -16,7 +16,14 @@ import urllib3
 
 from infertune.actuate.apply import KubeApiError
 from infertune.actuate.request import Resolved, SpecError, pinned, starting_layout
-from infertune.actuate.workload import DEPLOYMENT_LABEL, MANAGED_BY, Owner, desired_objects, selector_string
+from infertune.actuate.workload import (
+    DEPLOYMENT_LABEL,
+    LWS_API,
+    MANAGED_BY,
+    Owner,
+    desired_objects,
+    selector_string,
+)
 from infertune.api.conditions import (
     Condition,
     ConditionType,
@@ -151,7 +158,7 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
                 objects = desired_objects(Owner(name, namespace, uid), resolved.spec, layout,
                                           resolved.gpu.gpus_per_node)
                 changed = await _apply(ctx, objects)
-            workload = _workload(workloads, key, resolved, layout)
+            workload = await _workload(ctx, workloads, key, resolved, layout)
             ctx.expected[key] = _expected(workload)
             old = [Condition.from_wire(c) for c in status.get("conditions", [])] or initial_conditions(
                 iso(now), generation)
@@ -193,14 +200,14 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
             return
         with ctx.telemetry.reconcile.time():
             applied = layout_of(status.get("applied"))
-            workload = _workload(workloads, key, resolved, applied)
+            workload = await _workload(ctx, workloads, key, resolved, applied)
             ctx.expected[key] = _expected(workload)
             obs = ctx.observation(key)
             warning = ctx.warning(key, obs, resolved.request.kv_headroom, now)
             memory = _fit_memory(ctx, key, status, log.bind(namespace=namespace, name=name))
             since = _timestamp((status.get("applied") or {}).get("appliedAt"))
             samples = ctx.take_fit_backlog(key, since)
-            if applied is not None and not _mid_rollout(workload):
+            if applied is not None and not (workload is not None and workload.mid_rollout):
                 memory.add(applied.tensor_parallel_size, samples, now)
             outcome = run_cycle(CycleInput(namespace, name, generation, _paused(meta), resolved, status, obs,
                                            memory.fits(), now, warning, workload, memory.to_status()))
@@ -245,18 +252,19 @@ def _timestamp(text: Any) -> float:
         return 0.0
 
 
-def _workload(index: Any, key: tuple[str, str], resolved: Resolved, layout: Layout | None) -> WorkloadState | None:
-    """The owned workload's rollout: the Deployment from the index; a LeaderWorkerSet is not indexed
-    (its CRD may be absent), so its replicas count as ready once applied."""
+async def _workload(ctx: OperatorContext, index: Any, key: tuple[str, str], resolved: Resolved,
+                    layout: Layout | None) -> WorkloadState | None:
+    """The owned workload's rollout: a Deployment from the watched index; a LeaderWorkerSet (whose CRD
+    may be absent, so it is not watched) by one GET, only for the resources that run one."""
     if layout is not None and layout.tensor_parallel_size > resolved.gpu.gpus_per_node:
-        return None
+        try:
+            found = await asyncio.to_thread(ctx.kube.get, LWS_API, "LeaderWorkerSet", key[0], key[1])
+        except (KubeApiError, urllib3.exceptions.HTTPError, OSError) as exc:
+            log.bind(namespace=key[0], name=key[1]).warning("reading the LeaderWorkerSet failed", error=str(exc))
+            return None
+        return None if found is None else WorkloadState.from_object(found)
     store = None if index is None else index.get(key)
     return next(iter(store), None) if store else None
-
-
-def _mid_rollout(workload: WorkloadState | None) -> bool:
-    """Old pods still serving beside new ones: their windows would mix two layouts in one fit."""
-    return workload is not None and workload.updated is not None and int(workload.updated) < workload.ready
 
 
 def _expected(workload: WorkloadState | None) -> Expected:

@@ -13,7 +13,6 @@ from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
 from infertune.api.status import MAX_DECISIONS
 from infertune.model import LinearFit
-from infertune.model.early_warning import CLIFF_USAGE as CLIFF_USAGE  # the cliff line, for callers
 from infertune.model.early_warning import CliffReason, CliffWarning
 from infertune.planner import Decision, Plan, PlannerState
 from infertune.planner.types import Layout, SloTarget
@@ -25,17 +24,6 @@ def iso(now: float) -> str:
 
 def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
-
-
-def observed_ttft(obs: Observation, slo: SloTarget) -> float | None:
-    by_percentile = {50: obs.ttft_p50_seconds, 95: obs.ttft_p95_seconds, 99: obs.ttft_p99_seconds}
-    nearest = min(by_percentile, key=lambda p: abs(p - slo.ttft_percentile))
-    return by_percentile[nearest]
-
-
-def stream_tps(obs: Observation) -> float | None:
-    itl = obs.mean_inter_token_seconds
-    return None if itl is None or itl <= 0 else 1.0 / itl
 
 
 def metrics_condition(obs: Observation | None) -> ConditionUpdate:
@@ -54,7 +42,7 @@ def slo_condition(obs: Observation | None, slo: SloTarget) -> ConditionUpdate:
     if obs is None or not obs.available:
         return ConditionUpdate(kind, "Unknown", Reason.WAITING_FOR_METRICS.value, "no trusted metrics")
     misses, known = [], 0
-    ttft, tps = observed_ttft(obs, slo), stream_tps(obs)
+    ttft, tps = obs.ttft_at(slo.ttft_percentile), obs.stream_tps
     if slo.max_ttft_seconds is not None and ttft is not None:
         known += 1
         if ttft > slo.max_ttft_seconds:
@@ -93,6 +81,11 @@ class WorkloadState:
     ready: int
     updated: int | None = None
     current: bool = True  # the controller has observed the latest generation
+
+    @property
+    def mid_rollout(self) -> bool:
+        """Old pods still serving beside new ones (a fit window would mix two layouts)."""
+        return self.updated is not None and int(self.updated) < self.ready
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> WorkloadState:
@@ -147,7 +140,7 @@ def observed(obs: Observation | None, slo: SloTarget, warning: CliffWarning | No
         return out
     figures = {
         "kvUsagePercent": None if obs.kv_usage is None else round(obs.kv_usage * 100),
-        "ttftSeconds": _r(observed_ttft(obs, slo)), "streamTokensPerSecond": _r(stream_tps(obs), 2),
+        "ttftSeconds": _r(obs.ttft_at(slo.ttft_percentile)), "streamTokensPerSecond": _r(obs.stream_tps, 2),
         "running": _r(obs.running, 2), "waiting": _r(obs.waiting, 2), "requestsPerSecond": _r(obs.arrival_rate),
     }
     if warning is not None and warning.headroom_ratio is not None:

@@ -80,8 +80,7 @@ class Telemetry:
         self._set("metrics_age_seconds", ns, name, None if obs is None else max(now - obs.sample_time, 0.0))
         self._set("kv_usage_ratio", ns, name, obs.kv_usage if available and obs else None)
         self._set("observed_ttft_p95_seconds", ns, name, obs.ttft_p95_seconds if available and obs else None)
-        itl = obs.mean_inter_token_seconds if available and obs else None
-        self._set("observed_stream_tps", ns, name, 1.0 / itl if itl else None)
+        self._set("observed_stream_tps", ns, name, obs.stream_tps if available and obs else None)
         fit = status.get("fit") or {}
         self._set("fit_r2", ns, name, fit.get("r2"))
         self._set("fit_samples", ns, name, fit.get("samples"))

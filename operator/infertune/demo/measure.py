@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infertune.controller.status import CLIFF_USAGE
+from infertune.model.early_warning import CLIFF_USAGE
 from infertune.sim.live import LiveFleet
 from infertune.sim.records import RequestRecord
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from infertune.controller.status import CLIFF_USAGE
 from infertune.demo.measure import Decision, Sample
 from infertune.demo.summary import Window
+from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.types import Action, SloTarget
 
 # Decisions that change the workload stand out; holds and no-ops are faint.

@@ -181,18 +181,6 @@ def _price(ctx: _Context) -> float:
     return choice.cost_per_million_tokens * choice.processed_tps * 3600.0 / 1e6 / choice.tp
 
 
-def _stream_tps(obs: Observation | None) -> float | None:
-    itl = None if obs is None or not obs.available else obs.mean_inter_token_seconds
-    return None if itl is None or itl <= 0 else 1.0 / itl
-
-
-def _observed_ttft(obs: Observation | None, percentile: int) -> float | None:
-    if obs is None or not obs.available:
-        return None
-    by_percentile = {50: obs.ttft_p50_seconds, 95: obs.ttft_p95_seconds, 99: obs.ttft_p99_seconds}
-    return by_percentile[min(by_percentile, key=lambda p: abs(p - percentile))]
-
-
 def _past_cliff(obs: Observation | None) -> bool:
     if obs is None or not obs.available:
         return False
@@ -200,12 +188,14 @@ def _past_cliff(obs: Observation | None) -> bool:
 
 
 def _too_slow(plan: Plan, obs: Observation | None) -> bool:
-    floor, tps = plan.table.min_stream_tps, _stream_tps(obs)
+    floor = plan.table.min_stream_tps
+    tps = obs.stream_tps if obs is not None and obs.available else None
     return floor is not None and tps is not None and tps < floor
 
 
 def _slo_missed(plan: Plan, obs: Observation | None) -> bool:
-    limit, ttft = plan.table.max_ttft_seconds, _observed_ttft(obs, plan.table.ttft_percentile)
+    limit = plan.table.max_ttft_seconds
+    ttft = obs.ttft_at(plan.table.ttft_percentile) if obs is not None and obs.available else None
     return _too_slow(plan, obs) or (limit is not None and ttft is not None and ttft > limit)
 
 
