@@ -15,7 +15,9 @@ NOW = 10_000.0
 
 
 def request(demand: float) -> PlanRequest:
-    return PlanRequest(model=load_model("kimi-k2.6"), gpu=load_gpu("b200"), workload=workload_preset("coding-agent"),
+    # Every context at the mean (seed 000's averages), so the plan's shape is seed 000's TP4 c=8.
+    uniform = replace(workload_preset("coding-agent"), context_cv=0.0)
+    return PlanRequest(model=load_model("kimi-k2.6"), gpu=load_gpu("b200"), workload=uniform,
                        slo=SloTarget(25.0, 3.0), tp_sizes=(4, 8), concurrency_max=48, pool_gpus=256,
                        replicas_max=64, fits={8: LinearFit(0.0052, 0.00165, 1.0, 7, 1, 32)}, demand_rps=demand)
 
@@ -83,18 +85,29 @@ def test_relayout_only_when_the_saving_beats_the_restart():
     # TP8 c=16 costs more than TP4 c=8 for the same demand: a re-layout pays back within the hour.
     p, d = run(3.0, PlannerState(applied=Layout(8, 16, 12)))
     assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout" and d.target == p.layout
-    # TP4 c=7 serves this demand with the plan's 40 GPUs too: nothing saved, so no restart.
-    _, d = run(3.0, PlannerState(applied=Layout(4, 7, 10)))
+    # TP4 c=7 needs one replica more than c=8 for this demand: 4 GPUs saved for an hour do not pay for
+    # restarting all of them, so the running shape only follows demand.
+    _, d = run(3.0, PlannerState(applied=Layout(4, 7, 12)))
     assert d.action is Action.HOLD and d.reason == "RelayoutNotWorthIt"
     # Within the re-layout cooldown the running shape only follows demand: 12 -> 8 TP8 replicas, 2 at a time.
-    _, d = run(3.0, PlannerState(applied=Layout(8, 16, 12), last_relayout_at=NOW - 60))
+    _, d = run(3.0, PlannerState(applied=Layout(8, 16, 12), last_relayout_at=NOW - 900))
     assert d.action is Action.SCALE_DOWN and d.target == Layout(8, 16, 10) and "RelayoutCooldown" in d.message
 
 
 def test_an_unsafe_running_layout_is_relaid_out_despite_cooldown():
     # TP8 with 48 seqs is past the cliff (~31): safety wins over the cooldown and the payback rule.
-    _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 60))
+    _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900))
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
+
+
+def test_a_relayout_still_loading_is_not_relaid_out_again():
+    # 60 s into a 600 s model load nothing of the new shape serves yet: a second restart would only
+    # delay it. The running shape still follows demand meanwhile.
+    p, d = run(3.0, PlannerState(applied=Layout(8, 48, 3), last_relayout_at=NOW - 60))
+    assert p.layout is not None and not p.layout.same_shape(Layout(8, 48, 3))
+    assert d.action is Action.HOLD and d.reason == "RelayoutInProgress" and "still loading" in d.message
+    _, d = run(6.0, PlannerState(applied=Layout(8, 16, 3), last_relayout_at=NOW - 60))
+    assert d.action is Action.SCALE_UP and d.target == Layout(8, 16, 5) and "RelayoutInProgress" in d.message
 
 
 def test_next_state_records_what_was_applied_and_the_recommendation():
@@ -107,9 +120,10 @@ def test_next_state_records_what_was_applied_and_the_recommendation():
 
 
 def test_a_held_relayout_still_scales_the_running_shape_with_demand():
-    # The plan prefers c=8, which is not worth a restart; demand needs 10 replicas of c=7 meanwhile.
+    # The plan prefers c=8, which is not worth a restart; demand needs 12 replicas of c=7 meanwhile,
+    # reached 2 at a time.
     p, d = run(3.0, PlannerState(applied=Layout(4, 7, 8)))
-    assert p.layout == Layout(4, 8, 10)
+    assert p.layout == Layout(4, 8, 11) and p.sized(Layout(4, 7, 8)) == Layout(4, 7, 12)
     assert d.action is Action.SCALE_UP and d.target == Layout(4, 7, 10)
     assert "keeping TP4 max-num-seqs 7" in d.message and "RelayoutNotWorthIt" in d.message
     assert d.recommended == p.layout
@@ -127,7 +141,7 @@ def test_an_observed_ttft_miss_scales_up_through_the_cooldown():
 def test_preemptions_make_the_running_shape_unsafe():
     # In its re-layout cooldown, TP8 c=20 would only be resized; the engine preempting says its working
     # set no longer fits, so the re-layout to a roomier shape (TP4 c=8: more KV per stream) goes ahead now.
-    state = PlannerState(applied=Layout(8, 20, 8), last_relayout_at=NOW - 60)
+    state = PlannerState(applied=Layout(8, 20, 8), last_relayout_at=NOW - 900)
     _, calm = run(3.0, state)
     assert calm.action is Action.HOLD and calm.reason == "RelayoutCooldown"
     preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
@@ -158,7 +172,7 @@ def test_with_no_feasible_layout_the_running_shape_still_gets_replicas():
     assert not p.feasible
     d = decide(p, PlannerState(applied=Layout(4, 8, 3)), fresh(6.0), RAILS, NOW)
     assert d.action is Action.SCALE_UP and d.target == Layout(4, 8, 5) and "NoFeasibleLayout" in d.message
-    d = decide(p, PlannerState(applied=Layout(4, 8, 20)), fresh(6.0), RAILS, NOW)
+    d = decide(p, PlannerState(applied=Layout(4, 8, 40)), fresh(6.0), RAILS, NOW)
     assert d.action is Action.HOLD and d.reason == "NoFeasibleLayout"  # never removes capacity on a failed plan
 
 
@@ -166,6 +180,22 @@ def test_preemptions_from_overload_do_not_restart_into_a_tighter_shape():
     # TP4 c=6 preempting under load: the plan's TP4 c=8 gives each stream less room, so no restart.
     preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
                              preemption_rate=0.2)
-    p, d = run(3.0, PlannerState(applied=Layout(4, 6, 11), last_relayout_at=NOW - 60), preempting)
-    assert p.layout == Layout(4, 8, 10)
+    p, d = run(3.0, PlannerState(applied=Layout(4, 6, 11), last_relayout_at=NOW - 900), preempting)
+    assert p.layout == Layout(4, 8, 11)
     assert d.action is not Action.RELAYOUT
+
+
+def test_a_scale_down_stops_at_the_highest_count_recommended_within_a_model_load():
+    # 10 replicas running; 8 were wanted 500 s ago. The configured window is 300 s, but a replica
+    # released now takes the 600 s model load to come back, so the 8 still counts.
+    state = PlannerState(applied=Layout(4, 8, 10), recent_recommendations=((NOW - 500, 8),))
+    p, d = run(1.0, state)
+    assert p.layout is not None and p.layout.replicas < 8
+    assert d.action is Action.SCALE_DOWN and d.target == Layout(4, 8, 8)
+    assert d.recommended == p.layout and "8 were recommended within the last 600 s" in d.message
+    # What is remembered is the demand's own count, so the window does not ratchet itself up.
+    assert next_state(state, d, RAILS).recent_recommendations[-1] == (NOW, p.layout.replicas)
+    # Older than a model load, the 8 is forgotten.
+    old = PlannerState(applied=Layout(4, 8, 10), recent_recommendations=((NOW - 700, 8),))
+    _, d = run(1.0, old)
+    assert d.target == Layout(4, 8, 10 - RAILS.max_step_replicas)

@@ -139,7 +139,7 @@ class Infertune:
     def _cycle(self, now: float, actuator: Actuator) -> None:
         """controller/handlers.py `tune`, minus the API writes."""
         key = (self.namespace, self.deployment)
-        obs = None if self._snapshot is None else self._snapshot.get(*key)
+        obs = None if self._snapshot is None else self.history.settled(key, self._snapshot.get(*key))
         applied = layout_of(self.status.get("applied"))
         workload = self._workload(actuator, applied)
         mid_rollout = workload is not None and workload.mid_rollout

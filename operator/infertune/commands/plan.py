@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,9 @@ def register(sub: Any) -> None:
     p.add_argument("--prompt-tokens", type=float, help="mean prompt tokens (overrides --workload)")
     p.add_argument("--cached-fraction", type=float, default=0.0, help="share of the prompt served from cache")
     p.add_argument("--output-tokens", type=float, help="mean generated tokens")
+    p.add_argument("--context-cv", type=float,
+                   help="spread of a stream's context, sd/mean (default: the workload's; 0: every context "
+                        "the mean, as seed 000's averages assume)")
     p.add_argument("--min-stream-tps", type=float, help="SLO: minimum decode tok/s per stream")
     p.add_argument("--max-ttft", type=float, help="SLO: maximum TTFT in seconds")
     p.add_argument("--demand-rps", type=float, help="requests per second to size replicas for")
@@ -50,6 +53,15 @@ def register(sub: Any) -> None:
 
 
 def _workload(args: argparse.Namespace) -> Workload:
+    workload = _mean_workload(args)
+    if args.context_cv is None:
+        return workload
+    if args.context_cv < 0:
+        raise UserError("--context-cv must be >= 0")
+    return replace(workload, context_cv=args.context_cv)
+
+
+def _mean_workload(args: argparse.Namespace) -> Workload:
     if args.prompt_tokens is None and args.output_tokens is None:
         return workload_preset(args.workload)
     if args.prompt_tokens is None or args.output_tokens is None:
@@ -107,7 +119,8 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
         "tensor_parallel_size": c.tp, "max_num_seqs": c.max_num_seqs, "per_stream_tps": c.per_stream_tps,
         "ttft_seconds": c.ttft_seconds, "cost_per_million_tokens": _finite(c.cost_per_million_tokens),
         "cost_per_million_output_tokens": _finite(c.cost_per_million_output_tokens),
-        "processed_tps": c.processed_tps, "kv_working_set_fraction": _finite(c.kv_working_set_fraction),
+        "processed_tps": c.processed_tps, "sustainable_rate": c.sustainable_rate,
+        "kv_working_set_fraction": _finite(c.kv_working_set_fraction), "kv_tail_fraction": _finite(c.kv_tail_fraction),
         "cliff_concurrency": _finite(c.cliff_concurrency), "region": c.region.value,
         "pass_source": c.pass_source, "feasible": c.feasible, "reason": c.reason,
     }
@@ -118,7 +131,7 @@ def plan_json(result: Plan) -> dict[str, Any]:
     if result.choice is not None and result.layout is not None:
         choice = {k: v for k, v in candidate_json(result.choice).items()
                   if k in ("tensor_parallel_size", "max_num_seqs", "per_stream_tps", "ttft_seconds",
-                           "cost_per_million_tokens", "region")}
+                           "cost_per_million_tokens", "sustainable_rate", "region")}
         choice["replicas"] = result.layout.replicas
     return {
         "feasible": result.feasible, "reason": result.reason, "choice": choice,

@@ -67,10 +67,11 @@ class OperatorContext:
 
     # --- reading ---------------------------------------------------------------------------------
     def observation(self, key: Key) -> Observation | None:
-        """The resource's Observation from its source's latest snapshot; None before the first poll."""
+        """The resource's Observation from its source's latest snapshot, its request shape averaged over
+        the history's horizon (observe/history.py); None before the first poll."""
         route = self.routes.get(key)
         snapshot = None if route is None else self.snapshots.get(route.source)
-        return None if snapshot is None else snapshot.get(*key)
+        return None if snapshot is None else self.history.settled(key, snapshot.get(*key))
 
     def warning(self, key: Key, obs: Observation | None, headroom: float, now: float) -> CliffWarning | None:
         if obs is None or not obs.available:

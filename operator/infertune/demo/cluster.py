@@ -4,7 +4,9 @@ kubectl would: they never reach into the emulator's memory).
 
 The emulator's gaps shape what is here: it assigns no uid, resourceVersion or generation (`seeded`
 adds them, or kopf's patches fail), has no selectors (`list` filters by label itself), no garbage
-collector (the agent deletes the pods it created) and no validation.
+collector (the agent deletes the pods it created) and no validation. It ignores
+`metadata.generateName`, so every kopf Event got the same empty name and all but the first were
+refused with a 409: `NamingEmulator` names them as the API server would.
 """
 
 from __future__ import annotations
@@ -41,6 +43,19 @@ _RESOURCES: tuple[tuple[str, str, bool, set[str]], ...] = (
 )
 _VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 _uids = itertools.count(1)
+
+
+class NamingEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator, plus the API server's `generateName`: a create with no name gets the prefix
+    and a unique suffix (kopf posts every Event this way)."""
+
+    async def _handle(self, request: Any) -> Any:
+        body = request.data
+        if request.action == kmock.action.CREATE and isinstance(body, dict):
+            meta = body.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = f"{meta['generateName']}{next(_uids):06d}"
+        return await super()._handle(request)
 
 
 def declare(emulator: Any) -> None:
@@ -123,7 +138,7 @@ class KubeHttp:
 @contextlib.asynccontextmanager
 async def emulated_cluster() -> AsyncIterator[KubeHttp]:
     """An in-process Kubernetes API on a free loopback port, with every resource declared."""
-    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server, \
+    async with NamingEmulator() as emulator, kmock.Server(emulator) as server, \
             aiohttp.ClientSession() as session:
         declare(emulator)
         yield KubeHttp(str(server.url).rstrip("/"), session)

@@ -13,6 +13,9 @@ class Workload:
     (~9,400) there, while throughput counts the mean (~13K).
     `resident_prefix_tokens` is what each returning session keeps cached between turns beyond
     the in-flight streams: evicting it is what starts the cliff's feedback loop.
+    `context_cv` is the spread of a stream's context across requests (standard deviation over
+    mean): the mean says where the working set sits, the spread how far a batch of streams can
+    overshoot it. Sessions whose context grows turn after turn have a wide one.
     """
 
     fresh_tokens: float
@@ -20,6 +23,7 @@ class Workload:
     output_tokens: float
     ttft_fresh_tokens: float | None = None
     resident_prefix_tokens: float = 0.0
+    context_cv: float = 0.5
 
     @property
     def prompt_tokens(self) -> float:
@@ -46,7 +50,10 @@ class Workload:
 
 # Seed 000: Cline's coding-agent traffic. ~13K fresh (16.5%), ~71K cached (83.5%), ~1K output
 # (1,056 in the decode-time line), median fresh 9,400 for TTFT.
-CODING_AGENT = Workload(fresh_tokens=13_000, cached_tokens=71_000, output_tokens=1_056, ttft_fresh_tokens=9_400)
+# Its sessions run 7-16 turns of ~14K tokens each, so contexts spread from ~14K to the 200K cap:
+# a coefficient of variation of ~0.62 over requests (sim.OpenSessions, 20,000 requests).
+CODING_AGENT = Workload(fresh_tokens=13_000, cached_tokens=71_000, output_tokens=1_056, ttft_fresh_tokens=9_400,
+                        context_cv=0.62)
 # A chat turn: short history, a medium answer (ShareGPT-like shapes).
 CHAT = Workload(fresh_tokens=600, cached_tokens=1_400, output_tokens=400)
 # Bulk generation: long prompts, no reuse, throughput first.

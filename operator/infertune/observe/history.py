@@ -1,12 +1,19 @@
-"""A bounded per-deployment history of KV pressure, fed by snapshots, for the cliff early warning.
+"""A bounded per-deployment history, fed by snapshots: KV pressure for the cliff early warning, and
+the request shape for planning.
 
 The warning needs a trend, and a snapshot is one instant; the controller records every snapshot
 here and asks for the warning of a deployment. Points older than the horizon are dropped.
+
+The request shape (mean prompt, cached and generated tokens) of one short window follows whichever
+sessions happened to finish in it: a few long ones and the planner's feasible set shrinks, a few
+short ones and it widens, and a re-layout chosen on that costs a model load each way. `settled`
+gives the planner the completion-weighted means over the whole horizon instead.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, replace
 
 from infertune.api.observation import Observation
 from infertune.model.early_warning import (
@@ -34,11 +41,30 @@ def pressure_point(obs: Observation, resident_tokens: float = 0.0) -> PressurePo
     return PressurePoint(obs.sample_time, obs.kv_usage, max(predicted) if predicted else None)
 
 
+@dataclass(frozen=True)
+class ShapePoint:
+    """One window's request shape, weighted by the requests that finished in it."""
+
+    time: float
+    weight: float  # completions/s over the window
+    prompt: float
+    generated: float
+    cached: float | None
+
+
+def shape_point(obs: Observation) -> ShapePoint | None:
+    weight, prompt, generated = obs.completion_rate, obs.mean_prompt_tokens, obs.mean_generated_tokens
+    if weight is None or weight <= 0 or prompt is None or generated is None:
+        return None
+    return ShapePoint(obs.sample_time, weight, prompt, generated, obs.mean_cached_tokens)
+
+
 class PressureHistory:
     def __init__(self, horizon_seconds: float = 900.0, max_points: int = 512) -> None:
         self.horizon = horizon_seconds
         self.max_points = max_points
         self._points: dict[DeploymentKey, deque[PressurePoint]] = {}
+        self._shapes: dict[DeploymentKey, deque[ShapePoint]] = {}
 
     def record(self, snapshot: Snapshot, resident_tokens: float = 0.0) -> None:
         """Adds every available observation; faulted ones add nothing (missing is not zero)."""
@@ -52,12 +78,36 @@ class PressureHistory:
             points.append(point)
             while points and points[0].time < point.time - self.horizon:
                 points.popleft()
+            shape = shape_point(obs)
+            if shape is not None:
+                shapes = self._shapes.setdefault(key, deque(maxlen=self.max_points))
+                shapes.append(shape)
+                while shapes and shapes[0].time < shape.time - self.horizon:
+                    shapes.popleft()
 
     def points(self, key: DeploymentKey) -> tuple[PressurePoint, ...]:
         return tuple(self._points.get(key, ()))
 
     def forget(self, key: DeploymentKey) -> None:
         self._points.pop(key, None)
+        self._shapes.pop(key, None)
+
+    def settled(self, key: DeploymentKey, obs: Observation) -> Observation:
+        """`obs` with its request shape averaged over the horizon (weighted by completions); as it
+        is when nothing has been recorded for the deployment."""
+        shapes = self._shapes.get(key)
+        if not obs.available or not shapes:
+            return obs
+        total = sum(p.weight for p in shapes)
+        cached = [p for p in shapes if p.cached is not None]
+        cached_total = sum(p.weight for p in cached)
+        return replace(
+            obs,
+            mean_prompt_tokens=sum(p.weight * p.prompt for p in shapes) / total,
+            mean_generated_tokens=sum(p.weight * p.generated for p in shapes) / total,
+            mean_cached_tokens=(sum(p.weight * (p.cached or 0.0) for p in cached) / cached_total
+                                if cached_total > 0 else obs.mean_cached_tokens),
+        )
 
     def warning(self, key: DeploymentKey, now: float, preemption_rate: float | None,
                 policy: WarningPolicy | None = None) -> CliffWarning:

@@ -89,6 +89,20 @@ def check_plan_feasible(ctx: _Context) -> Check:
     return _ok("feasible", "PlanFeasible")
 
 
+def check_relayout_settled(ctx: _Context) -> Check:
+    """No re-layout while the last one is still loading, however unsafe the model now thinks the new
+    shape is: its pods are not serving yet, so no figure has judged it, and another restart would
+    only push back the moment any capacity of either shape arrives."""
+    if not _is_relayout(ctx):
+        return _ok("relayout-settled")
+    waited = _since(ctx.state.last_relayout_at, ctx.now)
+    if waited < ctx.rails.model_load_seconds:
+        return _hold("relayout-settled", "RelayoutInProgress",
+                     f"the last re-layout, {waited:.0f} s ago, is still loading (model load "
+                     f"{ctx.rails.model_load_seconds:.0f} s)")
+    return _ok("relayout-settled")
+
+
 def check_relayout_cooldown(ctx: _Context) -> Check:
     if not _is_relayout(ctx) or ctx.applied_unsafe:
         return _ok("relayout-cooldown")
@@ -144,23 +158,31 @@ def check_scale_cooldowns(ctx: _Context) -> Check:
     return _ok("scale-cooldown")
 
 
+def stabilization_window(rails: Guardrails) -> float:
+    """HPA's window, but never shorter than a model load: a replica released on a dip takes that long
+    to come back, so only demand that stayed low for as long is worth releasing it for."""
+    return max(rails.scale_down_stabilization_s, rails.model_load_seconds)
+
+
 def check_scale_down_stabilised(ctx: _Context) -> Check:
     """HPA's rule: scale down only to the highest count recommended within the window."""
     if _is_relayout(ctx) or ctx.applied is None or ctx.proposed is None:
         return _ok("stabilisation")
     if ctx.proposed.replicas >= ctx.applied.replicas:
         return _ok("stabilisation")
-    window = [r for t, r in ctx.state.recent_recommendations if ctx.now - t <= ctx.rails.scale_down_stabilization_s]
+    span = stabilization_window(ctx.rails)
+    window = [r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span]
     ceiling = max([*window, ctx.proposed.replicas])
     if ceiling >= ctx.applied.replicas:
         return _hold("stabilisation", "ScaleDownStabilizing",
-                     f"{ceiling} replica(s) recommended within the last {ctx.rails.scale_down_stabilization_s:.0f} s")
+                     f"{ceiling} replica(s) recommended within the last {span:.0f} s")
     return _ok("stabilisation")
 
 
 CHECKS: tuple[Callable[[_Context], Check], ...] = (
     check_metrics_fresh,
     check_plan_feasible,
+    check_relayout_settled,
     check_relayout_cooldown,
     check_relayout_pays_back,
     check_hysteresis,
@@ -215,6 +237,16 @@ def _applied_unsafe(plan: Plan, applied: Layout | None, current: Layout | None, 
     return (_past_cliff(obs) or _too_slow(plan, obs)) and _roomier(plan.layout, applied)
 
 
+def _stabilised(ctx: _Context) -> _Context:
+    """A scale-down goes only as far as the highest count recommended within the window (HPA)."""
+    proposed, applied = ctx.proposed, ctx.applied
+    if proposed is None or applied is None or not applied.same_shape(proposed) or proposed.replicas >= applied.replicas:
+        return ctx
+    span = stabilization_window(ctx.rails)
+    ceiling = max([proposed.replicas, *(r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span)])
+    return replace(ctx, proposed=replace(proposed, replicas=min(ceiling, applied.replicas)))
+
+
 def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
     delta = max(-max_step, min(max_step, proposed.replicas - applied.replicas))
     return replace(proposed, replicas=applied.replicas + delta)
@@ -232,8 +264,10 @@ def _chain(ctx: _Context, checks: list[Check]) -> Decision | None:
 
 
 def _act(ctx: _Context, checks: list[Check]) -> Decision:
+    wanted = ctx.proposed  # what the demand asks for: the stabilisation window remembers this
+    ctx = _stabilised(ctx)
     proposed, applied, rails = ctx.proposed, ctx.applied, ctx.rails
-    assert proposed is not None
+    assert proposed is not None and wanted is not None
     if applied is None:
         return Decision(Action.RELAYOUT, proposed, proposed, "InitialLayout", ctx.plan.reason, tuple(checks), ctx.now)
     if not applied.same_shape(proposed):
@@ -248,12 +282,15 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
     message = f"{applied.replicas} -> {target.replicas} replica(s)"
     if limited:
         message += f" (max step {rails.max_step_replicas}; the plan wants {proposed.replicas})"
-    return Decision(action, target, proposed, reason, message, tuple(checks), ctx.now)
+    elif proposed.replicas > wanted.replicas:
+        message += (f" (demand wants {wanted.replicas}; {proposed.replicas} were recommended within the last "
+                    f"{stabilization_window(rails):.0f} s)")
+    return Decision(action, target, wanted, reason, message, tuple(checks), ctx.now)
 
 
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets
 # the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
-_RELAYOUT_HOLDS = ("RelayoutCooldown", "RelayoutNotWorthIt", "NoFeasibleLayout")
+_RELAYOUT_HOLDS = ("RelayoutInProgress", "RelayoutCooldown", "RelayoutNotWorthIt", "NoFeasibleLayout")
 
 
 def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
@@ -284,7 +321,7 @@ def next_state(state: PlannerState, decision: Decision, rails: Guardrails, appli
     """The state to persist after a decision; `applied=False` (Recommend mode) records only the
     recommendation, so the guardrails keep judging what actually runs."""
     recent = tuple((t, r) for t, r in state.recent_recommendations
-                   if decision.decided_at - t <= rails.scale_down_stabilization_s)
+                   if decision.decided_at - t <= stabilization_window(rails))
     if decision.recommended is not None:
         recent += ((decision.decided_at, decision.recommended.replicas),)
     new = replace(state, recent_recommendations=recent)

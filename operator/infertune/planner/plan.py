@@ -45,15 +45,17 @@ class Plan:
 
     def sized(self, shape: Layout) -> Layout | None:
         """`shape`'s TP and concurrency with the replicas this demand needs. None when that shape
-        cannot run safely at all (weights, pool, or a working set over the KV headroom line); a shape
-        that only misses the SLO by the model's estimate is still sized, since the engine's own
-        figures judge that."""
+        cannot run safely at all (weights, pool, or a mean working set over the KV headroom line).
+        A new shape must keep the working set's tail under the line; a running one is torn down only
+        when its mean crosses it, so a request shape drifting across the tail test does not restart
+        every replica. A shape that only misses the SLO by the model's estimate is still sized,
+        since the engine's own figures judge that."""
         table = self.table
         hit = np.flatnonzero((table.tp == shape.tensor_parallel_size) & (table.concurrency == shape.max_num_seqs))
         if hit.size == 0:
             return None
         row = int(hit[0])
-        if Verdict(int(table.verdict[row])) in _UNSAFE:
+        if Verdict(int(table.verdict[row])) in _UNSAFE or table.kv_fraction[row] > table.headroom_line:
             return None
         demand, low, high, pool = self.sizing
         if pool is not None:
@@ -63,7 +65,7 @@ class Plan:
         return Layout(shape.tensor_parallel_size, shape.max_num_seqs, max(1, min(needed, high)))
 
 
-_UNSAFE = (Verdict.WEIGHTS_DO_NOT_FIT, Verdict.EXCEEDS_POOL, Verdict.OVER_KV_HEADROOM)
+_UNSAFE = (Verdict.WEIGHTS_DO_NOT_FIT, Verdict.EXCEEDS_POOL)
 
 
 def effective_workload(base: Workload, observation: Observation | None) -> Workload:
@@ -160,7 +162,8 @@ def _sizing(request: PlanRequest, demand: float | None) -> tuple[float | None, i
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
-    rates: np.ndarray = np.concatenate([g.request_rate for g in table.grids])[rows]
+    """What one replica of each row sustains with random arrivals: the rate replicas are sized by."""
+    rates: np.ndarray = np.maximum(table.sustainable_rate[rows], 1e-9)
     return rates
 
 

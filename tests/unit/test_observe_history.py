@@ -1,0 +1,44 @@
+"""The request shape the planner sees is averaged over the history's horizon, so a window in which a
+few long sessions happened to finish does not re-shape the fleet."""
+
+from __future__ import annotations
+
+from infertune.api.observation import MetricsFault, Observation
+from infertune.observe.history import PressureHistory
+from infertune.observe.snapshot import Snapshot
+
+KEY = ("ns", "kimi")
+
+
+def obs(t: float, prompt: float, completions: float = 1.0, **kw) -> Observation:
+    return Observation(*KEY, sample_time=t, available=True, completion_rate=completions, mean_prompt_tokens=prompt,
+                       mean_generated_tokens=1_000.0, mean_cached_tokens=prompt * 0.8, **kw)
+
+
+def record(history: PressureHistory, o: Observation) -> None:
+    history.record(Snapshot(o.sample_time, {KEY: o}))
+
+
+def test_the_shape_is_the_completion_weighted_mean_over_the_horizon():
+    history = PressureHistory(horizon_seconds=900)
+    record(history, obs(0, 60_000, completions=3.0))
+    record(history, obs(15, 140_000, completions=1.0))  # one window of long sessions
+    latest = obs(15, 140_000, completions=1.0, arrival_rate=2.0)
+    settled = history.settled(KEY, latest)
+    assert settled.mean_prompt_tokens == 80_000  # (3 x 60K + 1 x 140K) / 4
+    assert settled.mean_cached_tokens == 64_000
+    assert settled.arrival_rate == 2.0  # demand is not averaged: only the request shape is
+
+
+def test_old_windows_fall_out_and_faults_or_idle_windows_add_nothing():
+    history = PressureHistory(horizon_seconds=900)
+    record(history, obs(0, 200_000))
+    record(history, obs(1_000, 50_000))
+    record(history, obs(1_015, 999_999, completions=0.0))  # nothing finished: no shape to learn
+    bad = Observation(*KEY, sample_time=1_030, available=False, fault=MetricsFault.UNREACHABLE)
+    history.record(Snapshot(1_030, {KEY: bad}))
+    assert history.settled(KEY, obs(1_030, 70_000)).mean_prompt_tokens == 50_000
+    assert history.settled(KEY, bad) is bad  # an untrusted observation stays untrusted, untouched
+    assert history.settled(("ns", "other"), obs(0, 1.0)).mean_prompt_tokens == 1.0
+    history.forget(KEY)
+    assert history.settled(KEY, obs(1_030, 70_000)).mean_prompt_tokens == 70_000

@@ -1,0 +1,59 @@
+"""Erlang C and the sustainable rate replicas are sized by: textbook values, and the properties a
+person sizing a fleet relies on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infertune.model.queueing import erlang_c, sustainable_rate, wait_exceedance
+
+
+@pytest.mark.parametrize(("servers", "load", "expected"), [
+    (1, 0.5, 0.5),  # M/M/1: P(wait) is the utilisation
+    (2, 1.0, 1 / 3),
+    (10, 8.0, 0.40918),  # standard Erlang C table value
+    (4, 4.0, 1.0),  # at or past saturation everyone waits
+])
+def test_erlang_c_matches_the_textbook(servers, load, expected):
+    got = float(erlang_c(np.array([servers]), np.array([load]))[0])
+    assert got == pytest.approx(expected, abs=1e-4)
+
+
+@given(st.integers(1, 64), st.floats(0.01, 0.99), st.floats(0.0, 30.0))
+def test_more_load_means_more_waiting(servers, utilisation, slack):
+    loads = np.array([servers * utilisation * 0.9, servers * utilisation])
+    c = np.array([servers, servers])
+    p = wait_exceedance(c, loads, np.array([20.0, 20.0]), np.array([slack, slack]))
+    assert 0.0 <= p[0] <= p[1] <= 1.0
+
+
+def _flat_grid(e2e: float, ttft: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    conc = np.arange(1.0, 65.0)
+    return conc, np.full(conc.shape, e2e), np.full(conc.shape, ttft)
+
+
+def test_a_replica_sustains_less_than_flat_out_and_pools_better_with_more_slots():
+    conc, e2e, ttft = _flat_grid(30.0, 1.0)
+    slots = np.array([4.0, 16.0, 64.0])
+    rate = sustainable_rate(slots, conc, e2e, ttft, ttft_limit=3.0, percentile=95)
+    flat_out = slots / 30.0
+    share = rate / flat_out
+    assert np.all(rate < flat_out)
+    assert share[0] < share[1] < share[2]  # big batches absorb randomness better (Erlang's economy of scale)
+    # At the returned rate the chance of waiting past the 2 s slack is within the 5% the p95 SLO allows.
+    load = rate * 30.0
+    assert np.all(wait_exceedance(slots.astype(np.int64), load, np.full(3, 30.0), np.full(3, 2.0)) <= 0.05 + 1e-6)
+
+
+def test_a_stricter_percentile_or_no_slack_sustains_less():
+    conc, e2e, ttft = _flat_grid(30.0, 1.0)
+    slots = np.array([16.0])
+    p95 = sustainable_rate(slots, conc, e2e, ttft, 3.0, 95)[0]
+    p99 = sustainable_rate(slots, conc, e2e, ttft, 3.0, 99)[0]
+    tight = sustainable_rate(slots, conc, e2e, ttft, 1.0001, 95)[0]
+    assert p99 < p95 and tight < p95
+    # A TTFT limit the prefill alone already breaks leaves nothing sustainable.
+    assert sustainable_rate(slots, conc, e2e, ttft, 0.5, 95)[0] == 0.0
