@@ -11,9 +11,6 @@ from tests.e2e.conftest import Loop
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap (issue 6): the operator scales up ~40 s after the spike starts, after TTFT already broke "
-    "the SLA; replica sizing has no queueing model and does not provision ahead of a rising rate"))
 async def test_a_3x_spike_is_met_with_a_scale_up_before_the_sla_is_breached(loop: Loop) -> None:
     await loop.start()
     first = (await loop.status())["applied"]
