@@ -28,7 +28,8 @@ def test_prometheus_reads_kv_cache_usage_by_its_vllm_name(prometheus_factory) ->
         assert 0.0 <= float(usage[0]["value"][1]) <= 1.0
         blocks = prom.query("vllm:cache_config_info")
         assert blocks[0]["metric"]["num_gpu_blocks"] == "2000"
-        assert prom.query("sglang:token_usage")[0]["metric"]["pod"] == "sim-1"
+        # Two targets are scraped independently: the SGLang one may land a scrape later.
+        assert prom.wait_for_series("sglang:token_usage", count=1, timeout=40)[0]["metric"]["pod"] == "sim-1"
         # Counters climb across scrapes: the twin is live, not a frozen page.
         prom.wait_for_series("increase(vllm:generation_tokens_total[5s]) > 0", timeout=30)
         assert not prom.query('{__name__=~"vllm_.*"}')  # no colon rewrite anywhere
