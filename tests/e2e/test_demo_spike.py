@@ -27,3 +27,7 @@ async def test_a_3x_spike_is_met_with_a_scale_up_before_the_sla_is_breached(loop
     breach = first_breach(windows(rec.requests(), rec.origin, 60), loop.slo)
     assert breach is None or scale_ups[0] < breach, (
         f"scaled up at {scale_ups[0]:.0f} s, SLA first missed in the window from {breach:.0f} s")
+    # Every decision is an Event a user sees in `kubectl describe`, not only the first one posted.
+    assert loop.stack.kube is not None
+    reasons = [e.get("reason") for e in await loop.stack.kube.list("v1/events", "inference")]
+    assert len(reasons) > 2 and {"DemandRising", "SLOMissed"} & set(reasons), reasons

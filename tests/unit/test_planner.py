@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from infertune.model import LinearFit, load_gpu, load_model, workload_preset
 from infertune.model.perf import PerformanceModel
-from infertune.planner import PlanRequest, SloTarget, Verdict, plan
+from infertune.planner import Layout, PlanRequest, SloTarget, Verdict, plan
 
 KIMI = load_model("kimi-k2.6")
 B200 = load_gpu("b200")
@@ -148,3 +148,15 @@ def test_candidates_carry_finite_predictions_and_reasons_match_verdicts():
     for i, c in enumerate(result.candidates()):
         assert math.isfinite(c.per_stream_tps) and math.isfinite(c.ttft_seconds)
         assert c.reason.split(":")[0] == VERDICT_REASON[Verdict(int(result.table.verdict[i]))]
+
+
+def test_a_running_shape_the_model_says_misses_ttft_is_sized_by_its_flat_out_rate():
+    """With a TTFT limit below even one stream's prefill no shape has a sustainable rate; the running
+    shape is still sized (the engine's figures judge it), by its flat-out rate, not by a zero rate
+    that would ask for the whole pool."""
+    strict = seed_request(demand_rps=2.0, pool_gpus=None, replicas_max=1000, tp_sizes=(4, 8),
+                          slo=SloTarget(min_stream_tps=25.0, max_ttft_seconds=0.1))
+    result = plan(strict, None, 0.0)
+    tp8_c16 = next(c for c in result.candidates() if (c.tp, c.max_num_seqs) == (8, 16))
+    assert not result.feasible and tp8_c16.reason.startswith("TTFTAboveSLO") and tp8_c16.sustainable_rate == 0.0
+    assert result.sized(Layout(8, 16, 1)) == Layout(8, 16, math.ceil(2.0 * 1.15 / tp8_c16.request_rate))

@@ -49,6 +49,8 @@ class NamingEmulator(kmock.KubernetesEmulator):
     """kmock's emulator, plus the API server's `generateName`: a create with no name gets the prefix
     and a unique suffix (kopf posts every Event this way)."""
 
+    # kmock has no hook before its object store (reactions run after it), so this wraps its private
+    # `_handle`; tests/e2e/test_demo_spike.py fails (one Event stored) if a kmock release renames it.
     async def _handle(self, request: Any) -> Any:
         body = request.data
         if request.action == kmock.action.CREATE and isinstance(body, dict):

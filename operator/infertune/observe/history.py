@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from infertune.api.observation import Observation
 from infertune.model.early_warning import (
@@ -59,6 +60,9 @@ def shape_point(obs: Observation) -> ShapePoint | None:
     return ShapePoint(obs.sample_time, weight, prompt, generated, obs.mean_cached_tokens)
 
 
+_Timed = TypeVar("_Timed", PressurePoint, ShapePoint)
+
+
 class PressureHistory:
     def __init__(self, horizon_seconds: float = 900.0, max_points: int = 512) -> None:
         self.horizon = horizon_seconds
@@ -75,15 +79,16 @@ class PressureHistory:
             point = pressure_point(obs, resident_tokens)
             if points and point.time <= points[-1].time:
                 continue  # the same Prometheus sample read twice
-            points.append(point)
-            while points and points[0].time < point.time - self.horizon:
-                points.popleft()
+            self._keep(points, point)
             shape = shape_point(obs)
             if shape is not None:
-                shapes = self._shapes.setdefault(key, deque(maxlen=self.max_points))
-                shapes.append(shape)
-                while shapes and shapes[0].time < shape.time - self.horizon:
-                    shapes.popleft()
+                self._keep(self._shapes.setdefault(key, deque(maxlen=self.max_points)), shape)
+
+    def _keep(self, recent: deque[_Timed], item: _Timed) -> None:
+        """Appends `item` and drops what is older than the horizon before it."""
+        recent.append(item)
+        while recent and recent[0].time < item.time - self.horizon:
+            recent.popleft()
 
     def points(self, key: DeploymentKey) -> tuple[PressurePoint, ...]:
         return tuple(self._points.get(key, ()))

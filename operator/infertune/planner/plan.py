@@ -162,8 +162,12 @@ def _sizing(request: PlanRequest, demand: float | None) -> tuple[float | None, i
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
-    """What one replica of each row sustains with random arrivals: the rate replicas are sized by."""
-    rates: np.ndarray = np.maximum(table.sustainable_rate[rows], 1e-9)
+    """What one replica of each row sustains with random arrivals: the rate replicas are sized by.
+    A row whose TTFT misses the SLO even unloaded has no such rate; a running shape in that state is
+    still sized (see `sized`), by its flat-out rate, rather than by a zero that asks for every GPU."""
+    flat_out = np.concatenate([g.request_rate for g in table.grids])[rows]
+    sustainable = table.sustainable_rate[rows]
+    rates: np.ndarray = np.where(sustainable > 0, sustainable, flat_out)
     return rates
 
 
