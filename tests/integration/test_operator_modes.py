@@ -58,7 +58,9 @@ async def test_auto_mode_rolls_the_deployment_to_the_new_recommendation(kmock: A
         assert first["spec"]["replicas"] == 1
         rolled = await eventually(lambda: (d := stored(kmock, DEPLOY, "kimi-k2")) and d["spec"]["replicas"] > 1
                                   and d)
-    infd = stored(kmock, INFD, "kimi-k2")
+        # The Deployment is written before the status: wait for the status too before stopping the operator.
+        infd = await eventually(lambda: (o := stored(kmock, INFD, "kimi-k2"))
+                                and ((o.get("status") or {}).get("applied") or {}).get("replicas", 0) > 1 and o)
     assert rolled["metadata"]["annotations"][INPUT_HASH] != first_hash
     assert infd["status"]["applied"]["replicas"] == rolled["spec"]["replicas"] == 4  # replicas.max
     assert any(d["action"] == "ScaleUp" for d in infd["status"]["decisions"])
