@@ -86,7 +86,7 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     request = inp.resolved.request
     if inp.fits:
         request = replace(request, fits=dict(inp.fits))
-    state = st.state_from_status(inp.status)
+    state = replace(st.state_from_status(inp.status), rolling_out=inp.workload is not None and inp.workload.mid_rollout)
     the_plan = plan(request, inp.observation, inp.now)
     decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)
     action, reason, message, target = _mode_action(inp, decision)

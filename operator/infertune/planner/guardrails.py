@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from infertune.api.observation import Observation
 from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.plan import Plan
+from infertune.planner.rollout import MAX_SURGE, Rollout, reachable
 from infertune.planner.types import Action, Guardrails, Layout, PlannerState
 
 
@@ -53,6 +54,8 @@ class _Context:
     current: Layout | None = None
     # Observed TTFT or per-stream speed is outside the SLO: a scale-up skips hysteresis and cooldown.
     slo_missed: bool = False
+    # For a re-layout: how to roll into `proposed` keeping the demand served (None: no way within the pool).
+    rollout: Rollout | None = None
 
 
 def _ok(name: str, reason: str = "Passed", message: str = "") -> Check:
@@ -90,9 +93,9 @@ def check_plan_feasible(ctx: _Context) -> Check:
 
 
 def check_relayout_settled(ctx: _Context) -> Check:
-    """No re-layout while the last one is still loading, however unsafe the model now thinks the new
-    shape is: its pods are not serving yet, so no figure has judged it, and another restart would
-    only push back the moment any capacity of either shape arrives."""
+    """No re-layout while the last one is still loading or rolling, however unsafe the model now
+    thinks the new shape is: its pods are not all serving yet, so no figure has judged it, and
+    another restart would only push back the moment any capacity of either shape arrives."""
     if not _is_relayout(ctx):
         return _ok("relayout-settled")
     waited = _since(ctx.state.last_relayout_at, ctx.now)
@@ -100,7 +103,44 @@ def check_relayout_settled(ctx: _Context) -> Check:
         return _hold("relayout-settled", "RelayoutInProgress",
                      f"the last re-layout, {waited:.0f} s ago, is still loading (model load "
                      f"{ctx.rails.model_load_seconds:.0f} s)")
+    if ctx.state.rolling_out:
+        return _hold("relayout-settled", "RelayoutInProgress",
+                     f"the last re-layout, {waited:.0f} s ago, is still rolling out (old pods still serve)")
     return _ok("relayout-settled")
+
+
+def check_relayout_keeps_capacity(ctx: _Context) -> Check:
+    """A re-layout the pool cannot roll into without serving less than the demand waits (see
+    planner/rollout.py); a running shape the engine reports past the cliff leaves anyway."""
+    if not _is_relayout(ctx) or ctx.rollout is not None or ctx.applied_unsafe:
+        return _ok("relayout-capacity")
+    assert ctx.applied is not None and ctx.proposed is not None
+    return _hold("relayout-capacity", "RelayoutWouldDropCapacity",
+                 f"rolling {ctx.applied.replicas} x TP{ctx.applied.tensor_parallel_size} into "
+                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} keeps the demand "
+                 f"served only with more GPUs than the pool's {ctx.plan.sizing[3]}")
+
+
+def check_rollout_finished(ctx: _Context) -> Check:
+    """No scale-down mid-rollout: the Deployment would take the pods from the old shape too, and
+    those carry the demand until the new ones are ready. No scale-up past the count whose surge pod
+    still fits the pool either: a surge pod left Pending stalls the rollout (maxUnavailable 0)."""
+    if _is_relayout(ctx) or ctx.applied is None or ctx.proposed is None or not ctx.state.rolling_out:
+        return _ok("rollout-finished")
+    if ctx.proposed.replicas < ctx.applied.replicas:
+        return _hold("rollout-finished", "RolloutInProgress",
+                     "old pods still serve beside the new layout's; the scale-down waits for the rollout")
+    if ctx.proposed.replicas > ctx.applied.replicas and ctx.applied.replicas >= _rollout_room(ctx, ctx.applied):
+        return _hold("rollout-finished", "RolloutInProgress",
+                     f"the pool has no room for a surge pod past {ctx.applied.replicas} replica(s) until the "
+                     f"rollout ends")
+    return _ok("rollout-finished")
+
+
+def _rollout_room(ctx: _Context, layout: Layout) -> int:
+    """The most replicas of `layout` whose rollout surge pod still fits the pool."""
+    _, _, most, pool = ctx.plan.sizing
+    return most if pool is None else pool // layout.tensor_parallel_size - MAX_SURGE
 
 
 def check_relayout_cooldown(ctx: _Context) -> Check:
@@ -185,6 +225,8 @@ CHECKS: tuple[Callable[[_Context], Check], ...] = (
     check_relayout_settled,
     check_relayout_cooldown,
     check_relayout_pays_back,
+    check_relayout_keeps_capacity,
+    check_rollout_finished,
     check_hysteresis,
     check_scale_down_stabilised,
     check_scale_cooldowns,
@@ -247,6 +289,21 @@ def _stabilised(ctx: _Context) -> _Context:
     return replace(ctx, proposed=replace(proposed, replicas=min(ceiling, applied.replicas)))
 
 
+def _rolled(ctx: _Context, proposed: Layout) -> tuple[Layout, str]:
+    """The re-layout to apply (at the count its rollout needs) and what to say of it."""
+    message = ctx.plan.reason
+    chosen = ctx.plan.layout
+    if chosen is not None and not chosen.same_shape(proposed):
+        message = (f"TP{proposed.tensor_parallel_size} max-num-seqs {proposed.max_num_seqs} x{proposed.replicas}, "
+                   f"the best shape the pool can roll into while serving the demand (the plan's "
+                   f"TP{chosen.tensor_parallel_size} max-num-seqs {chosen.max_num_seqs} cannot); {message}")
+    rollout = ctx.rollout
+    if rollout is None or rollout.target.replicas <= proposed.replicas:
+        return proposed, message
+    return rollout.target, (f"{message}; rolled out at {rollout.target.replicas} replica(s), so no running pod goes "
+                            f"before a new one is ready (the extra ones go once the rollout is over)")
+
+
 def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
     delta = max(-max_step, min(max_step, proposed.replicas - applied.replicas))
     return replace(proposed, replicas=applied.replicas + delta)
@@ -272,8 +329,11 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
         return Decision(Action.RELAYOUT, proposed, proposed, "InitialLayout", ctx.plan.reason, tuple(checks), ctx.now)
     if not applied.same_shape(proposed):
         reason = "CurrentLayoutUnsafe" if ctx.applied_unsafe else "CheaperLayout"
-        return Decision(Action.RELAYOUT, proposed, proposed, reason, ctx.plan.reason, tuple(checks), ctx.now)
+        target, message = _rolled(ctx, proposed)
+        return Decision(Action.RELAYOUT, target, proposed, reason, message, tuple(checks), ctx.now)
     target = _bounded_step(applied, proposed, rails.max_step_replicas)
+    if ctx.state.rolling_out and target.replicas > applied.replicas:
+        target = replace(target, replicas=min(target.replicas, _rollout_room(ctx, target)))
     limited = target.replicas != proposed.replicas
     if target.replicas > applied.replicas:
         action, reason = Action.SCALE_UP, "SLOMissed" if ctx.slo_missed else "DemandRising"
@@ -290,7 +350,8 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
 
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets
 # the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
-_RELAYOUT_HOLDS = ("RelayoutInProgress", "RelayoutCooldown", "RelayoutNotWorthIt", "NoFeasibleLayout")
+_RELAYOUT_HOLDS = ("RelayoutInProgress", "RelayoutCooldown", "RelayoutNotWorthIt", "RelayoutWouldDropCapacity",
+                   "NoFeasibleLayout")
 
 
 def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
@@ -298,8 +359,17 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     applied = state.applied
     current = None if applied is None else plan.sized(applied)
     unsafe = _applied_unsafe(plan, applied, current, observation)
-    ctx = _Context(plan, state, observation, guardrails, now, plan.layout, applied, unsafe,
-                   None if unsafe else current, _slo_missed(plan, observation))
+    proposed, rollout = plan.layout, None
+    if applied is not None and proposed is not None and not applied.same_shape(proposed):
+        rollout = reachable(plan, applied, running_safe=not unsafe)
+        if rollout is not None:
+            proposed = rollout.planned
+        elif unsafe and not _past_cliff(observation):
+            # No shape can roll in without serving less than the demand, for hours at a long model load,
+            # and the engine does not report the cliff: the running shape stays, and keeps scaling.
+            current, unsafe = plan.sized(applied, over_line=True), False
+    ctx = _Context(plan, state, observation, guardrails, now, proposed, applied, unsafe,
+                   None if unsafe else current, _slo_missed(plan, observation), rollout)
     checks: list[Check] = []
     held = _chain(ctx, checks)
     if held is None:

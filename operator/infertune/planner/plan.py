@@ -33,6 +33,9 @@ class Plan:
     # What replica sizing used, so `sized()` can size any shape for the same demand.
     # (demand with headroom, min replicas, max replicas, pool GPUs)
     sizing: tuple[float | None, int, int, int | None] = (None, 1, 64, None)
+    # Every feasible shape sized for the demand, best first (the choice leads): where the guardrails
+    # look when the choice cannot be reached from what runs without dropping capacity.
+    ranked: tuple[Layout, ...] = ()
 
     @property
     def needed_gpus(self) -> int:
@@ -43,19 +46,20 @@ class Plan:
     def candidates(self) -> list[Candidate]:
         return self.table.rows()
 
-    def sized(self, shape: Layout) -> Layout | None:
+    def sized(self, shape: Layout, over_line: bool = False) -> Layout | None:
         """`shape`'s TP and concurrency with the replicas this demand needs. None when that shape
-        cannot run safely at all (weights, pool, or a mean working set over the KV headroom line).
-        A new shape must keep the working set's tail under the line; a running one is torn down only
-        when its mean crosses it, so a request shape drifting across the tail test does not restart
-        every replica. A shape that only misses the SLO by the model's estimate is still sized,
-        since the engine's own figures judge that."""
+        cannot run safely at all (weights, pool, or, unless `over_line`, a mean working set over the
+        KV headroom line). A new shape must keep the working set's tail under the line; a running one
+        is torn down only when its mean crosses it, so a request shape drifting across the tail test
+        does not restart every replica. A shape that only misses the SLO by the model's estimate is
+        still sized, since the engine's own figures judge that."""
         table = self.table
         hit = np.flatnonzero((table.tp == shape.tensor_parallel_size) & (table.concurrency == shape.max_num_seqs))
         if hit.size == 0:
             return None
         row = int(hit[0])
-        if Verdict(int(table.verdict[row])) in _UNSAFE or table.kv_fraction[row] > table.headroom_line:
+        if Verdict(int(table.verdict[row])) in _UNSAFE or (table.kv_fraction[row] > table.headroom_line
+                                                           and not over_line):
             return None
         demand, low, high, pool = self.sizing
         if pool is not None:
@@ -149,10 +153,12 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
     shortfall = max(int(needed[best]) - chosen_replicas, 0) * choice.tp
     layout = Layout(choice.tp, choice.max_num_seqs, chosen_replicas) if chosen_replicas > 0 else None
     reason = _why(choice, chosen_replicas, demand, shortfall, int(feasible.size), len(table))
+    ranked = tuple(Layout(int(tp[i]), int(table.concurrency[feasible[i]]), int(replicas[i]))
+                   for i in order if replicas[i] > 0)
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
-        closest=None, decided_at=now, sizing=_sizing(request, demand),
+        closest=None, decided_at=now, sizing=_sizing(request, demand), ranked=ranked,
     )
 
 

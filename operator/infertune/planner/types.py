@@ -97,3 +97,5 @@ class PlannerState:
     last_relayout_at: float | None = None
     # (time, replicas) of recent recommendations, for scale-down stabilisation.
     recent_recommendations: tuple[tuple[float, int], ...] = ()
+    # Old pods still serve beside the applied shape's: read from the workload every cycle, not persisted.
+    rolling_out: bool = False
