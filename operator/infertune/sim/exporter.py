@@ -1,22 +1,26 @@
 """Each simulated replica's /metrics, with the real names and types of vLLM (or SGLang).
 
-The families are built per scrape from a snapshot of the replica (a custom prometheus_client
-collector), because the twin's histograms take weighted observations that the client's own
-Histogram cannot. They are rendered with `generate_latest`, the 0.0.4 text format, whatever the
-scraper's Accept header asks: prometheus-client 0.23-0.26 rewrite `vllm:` to `vllm_` under
-OpenMetrics negotiation, and the observers query the colon names. /health answers 200 once the
-model is loaded, 503 before; /metrics is 503 while loading too, as a pod whose server is not up.
+The families are built per scrape from a snapshot of the replica, because the twin's histograms
+take weighted observations that prometheus_client's own Histogram cannot. They are served in the
+0.0.4 text format, whatever the scraper's Accept header asks: prometheus-client 0.23-0.26 rewrite
+`vllm:` to `vllm_` under OpenMetrics negotiation, and the observers query the colon names.
+/health answers 200 once the model is loaded, 503 before; /metrics is 503 while loading too, as a
+pod whose server is not up.
+
+`render` writes that text itself: the bench renders every pod at every poll, and building
+prometheus_client's families for `generate_latest` cost about six times as much. Its output is
+byte for byte what `generate_latest` prints for `ReplicaCollector` (the same families as
+prometheus_client objects); values are formatted by the client's own `floatToGoString`.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -25,9 +29,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from infertune.sim.engine import Engine
-from infertune.sim.records import Histogram, Meters
+from infertune.sim.records import Histogram, Meters, le_labels
 
 
 @dataclass(frozen=True)
@@ -52,25 +57,45 @@ class ReplicaView:
         c = engine.config
         return ReplicaView(engine.name, c.model_name, c.engine, ready, len(engine.running),
                            len(engine.waiting), engine.kv_usage, engine.total_blocks, engine.block_size,
-                           c.gpu_memory_utilization, engine.max_num_seqs, copy.deepcopy(engine.meters))
+                           c.gpu_memory_utilization, engine.max_num_seqs, engine.meters.copy())
 
 
-def _histogram(name: str, doc: str, labels: dict[str, str], h: Histogram) -> HistogramMetricFamily:
-    fam = HistogramMetricFamily(name, doc, labels=list(labels))
-    fam.add_metric(list(labels.values()), buckets=h.cumulative(), sum_value=h.total)
-    return fam
+Labels = tuple[tuple[str, str], ...]
 
 
-def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> GaugeMetricFamily:
-    fam = GaugeMetricFamily(name, doc, labels=list(labels))
-    fam.add_metric(list(labels.values()), value)
-    return fam
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family of a scrape: a gauge or counter with one value, or a histogram."""
+
+    name: str  # a counter's without `_total`, as prometheus_client's families take it
+    doc: str
+    kind: str  # "gauge", "counter" or "histogram"
+    labels: Labels
+    value: float | Histogram
+
+    def metric(self) -> Metric:
+        """The same family as a prometheus_client object."""
+        names, values = [k for k, _ in self.labels], [v for _, v in self.labels]
+        if isinstance(self.value, Histogram):
+            hist = HistogramMetricFamily(self.name, self.doc, labels=names)
+            hist.add_metric(values, buckets=self.value.cumulative(), sum_value=self.value.total)
+            return hist
+        kind = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
+        fam = kind(self.name, self.doc, labels=names)
+        fam.add_metric(values, self.value)
+        return fam
 
 
-def _counter(name: str, doc: str, labels: dict[str, str], value: float) -> CounterMetricFamily:
-    fam = CounterMetricFamily(name, doc, labels=list(labels))
-    fam.add_metric(list(labels.values()), value)
-    return fam
+def _histogram(name: str, doc: str, labels: dict[str, str], h: Histogram) -> Family:
+    return Family(name, doc, "histogram", tuple(labels.items()), h)
+
+
+def _gauge(name: str, doc: str, labels: dict[str, str], value: float) -> Family:
+    return Family(name, doc, "gauge", tuple(labels.items()), value)
+
+
+def _counter(name: str, doc: str, labels: dict[str, str], value: float) -> Family:
+    return Family(name, doc, "counter", tuple(labels.items()), value)
 
 
 # (name without _total, help, Meters field) per dialect; names and help as the engines print them.
@@ -104,14 +129,14 @@ _SGLANG_HISTOGRAMS = (
 
 
 def _meters(m: Meters, lab: dict[str, str], counters: tuple[tuple[str, str, str], ...],
-            histograms: tuple[tuple[str, str, str], ...]) -> Iterator[Metric]:
+            histograms: tuple[tuple[str, str, str], ...]) -> Iterator[Family]:
     for name, doc, attr in counters:
         yield _counter(name, doc, lab, getattr(m, attr))
     for name, doc, attr in histograms:
         yield _histogram(name, doc, lab, getattr(m, attr))
 
 
-def vllm_families(v: ReplicaView) -> Iterator[Metric]:
+def vllm_families(v: ReplicaView) -> Iterator[Family]:
     lab = {"model_name": v.model_name, "engine": "0"}
     info = {"block_size": str(v.block_size), "num_gpu_blocks": str(v.num_gpu_blocks),
             "gpu_memory_utilization": str(v.gpu_memory_utilization), "cache_dtype": "auto",
@@ -126,7 +151,7 @@ def vllm_families(v: ReplicaView) -> Iterator[Metric]:
     yield from _meters(v.meters, lab, _VLLM_COUNTERS, _VLLM_HISTOGRAMS)
 
 
-def sglang_families(v: ReplicaView) -> Iterator[Metric]:
+def sglang_families(v: ReplicaView) -> Iterator[Family]:
     lab = {"model_name": v.model_name}
     m = v.meters
     yield _gauge("sglang:token_usage", "The token usage", lab, v.kv_usage)
@@ -139,8 +164,15 @@ def sglang_families(v: ReplicaView) -> Iterator[Metric]:
     yield from _meters(m, lab, _SGLANG_COUNTERS, _SGLANG_HISTOGRAMS)
 
 
+def families(v: ReplicaView) -> Iterator[Family]:
+    return sglang_families(v) if v.dialect == "sglang" else vllm_families(v)
+
+
 class ReplicaCollector(Collector):
-    """A prometheus_client collector over whatever `view()` returns (None: nothing to show)."""
+    """A prometheus_client collector over whatever `view()` returns (None: nothing to show).
+
+    `generate_latest` over it prints what `render` does; it is the reference `render` must match.
+    """
 
     def __init__(self, view: Callable[[], ReplicaView | None]) -> None:
         self._view = view
@@ -149,13 +181,59 @@ class ReplicaCollector(Collector):
         v = self._view()
         if v is None:
             return
-        yield from (sglang_families(v) if v.dialect == "sglang" else vllm_families(v))
+        yield from (f.metric() for f in families(v))
+
+
+# prometheus_client's own formatting of a sample value (Go's, with +Inf/NaN); the library leaves it untyped.
+_format_value: Callable[[float], str] = floatToGoString
+
+
+def _escape(value: str) -> str:
+    """A label value as the 0.0.4 format quotes it."""
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+# Label sets and headers repeat across scrapes (a pod's labels, a histogram's bounds): cache them.
+@lru_cache(maxsize=4096)
+def _label_text(labels: Labels) -> str:
+    """`{k="v",...}` sorted by name, as `generate_latest` writes a sample's labels ("" for none)."""
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels)) + "}"
+
+
+@lru_cache(maxsize=256)
+def _header(name: str, doc: str, kind: str) -> str:
+    help_text = doc.replace("\\", r"\\").replace("\n", r"\n")
+    return f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"
+
+
+@lru_cache(maxsize=256)
+def _bucket_prefixes(name: str, labels: Labels, bounds: tuple[float, ...]) -> tuple[str, ...]:
+    """Each bucket line up to its value: `name_bucket{...,le="0.5",...} `."""
+    return tuple(f"{name}_bucket{_label_text((*labels, ('le', le)))} " for le in le_labels(bounds))
+
+
+def _lines(f: Family) -> Iterator[str]:
+    """One family's lines, in `generate_latest`'s order: buckets, then `_count`, then `_sum`."""
+    go = _format_value
+    if isinstance(f.value, Histogram):
+        yield _header(f.name, f.doc, f.kind)
+        counts = f.value.running_counts()
+        for prefix, n in zip(_bucket_prefixes(f.name, f.labels, f.value.bounds), counts, strict=True):
+            yield f"{prefix}{go(n)}\n"
+        labels = _label_text(f.labels)
+        yield f"{f.name}_count{labels} {go(counts[-1])}\n"
+        yield f"{f.name}_sum{labels} {go(f.value.total)}\n"
+        return
+    name = f"{f.name}_total" if f.kind == "counter" else f.name
+    yield _header(name, f.doc, f.kind)
+    yield f"{name}{_label_text(f.labels)} {go(f.value)}\n"
 
 
 def render(view: ReplicaView) -> bytes:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ReplicaCollector(lambda: view))
-    return generate_latest(registry)
+    """The replica's /metrics payload in the 0.0.4 text format."""
+    return "".join(line for f in families(view) for line in _lines(f)).encode("utf-8")
 
 
 class _Handler(BaseHTTPRequestHandler):
