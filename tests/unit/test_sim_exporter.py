@@ -170,3 +170,18 @@ def test_sweep_command_bad_input(argv: list[str], message: str, capsys) -> None:
     assert main(["simulate", "sweep", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("engine_kind", ["vllm", "sglang"])
+def test_the_hand_written_text_matches_prometheus_clients_own(engine_kind: str) -> None:
+    # render() writes the exposition text itself for speed (the bench scrapes every pod every 15 s);
+    # the library's collector over the same view is the reference it must match byte for byte.
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from infertune.sim.exporter import ReplicaCollector
+
+    for ready in (True, False):
+        view = ReplicaView.of(busy_engine(SMALL.with_(engine=engine_kind)), ready=ready)
+        registry = CollectorRegistry()
+        registry.register(ReplicaCollector(lambda shown=view: shown))
+        assert render(view) == generate_latest(registry)
