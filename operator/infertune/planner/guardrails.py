@@ -110,15 +110,15 @@ def check_relayout_settled(ctx: _Context) -> Check:
 
 
 def check_relayout_keeps_capacity(ctx: _Context) -> Check:
-    """A re-layout the pool cannot roll into without serving less than the demand waits (see
+    """A re-layout the pool cannot roll into without dropping a serving pod waits (see
     planner/rollout.py); a running shape the engine reports past the cliff leaves anyway."""
     if not _is_relayout(ctx) or ctx.rollout is not None or ctx.applied_unsafe:
         return _ok("relayout-capacity")
     assert ctx.applied is not None and ctx.proposed is not None
     return _hold("relayout-capacity", "RelayoutWouldDropCapacity",
                  f"rolling {ctx.applied.replicas} x TP{ctx.applied.tensor_parallel_size} into "
-                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} keeps the demand "
-                 f"served only with more GPUs than the pool's {ctx.plan.sizing[3]}")
+                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} without dropping a "
+                 f"serving pod needs more GPUs than the pool's {ctx.plan.sizing[3]}")
 
 
 def check_rollout_finished(ctx: _Context) -> Check:

@@ -62,7 +62,7 @@ def reachable(plan: Plan, running: Layout, running_safe: bool = True) -> Rollout
     (the plan's own choice when it is). None when no shape is reachable, or when a safe running
     shape ranks above every reachable one: then the running shape is what to scale."""
     pool = plan.sizing[3]
-    for layout in plan.ranked or ((plan.layout,) if plan.layout is not None else ()):
+    for layout in plan.ranked:
         if layout.same_shape(running):
             if running_safe:
                 return None
