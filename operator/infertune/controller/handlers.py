@@ -215,7 +215,7 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
                 objects = desired_objects(Owner(name, namespace, uid), resolved.spec, outcome.apply,
                                           resolved.gpu.gpus_per_node)
                 await _apply(ctx, objects)
-                ctx.expected[key] = Expected(replicas=outcome.apply.replicas)
+                ctx.expected[key] = ctx.expected[key].after_scaling_to(outcome.apply.replicas)
             _write_status(patch, status, outcome.status)
             ctx.telemetry.record(namespace, name, outcome, obs, now, warning)
             for kind, reason, message in outcome.events:

@@ -24,6 +24,18 @@ class Expected:
     pods: frozenset[str] | None = None
     replicas: int | None = None
 
+    def after_scaling_to(self, replicas: int) -> Expected:
+        """What may still be expected to report once the workload is told to run `replicas`.
+
+        Added pods load for minutes before they serve, so a scale-up expects no more than before;
+        removed pods stop reporting before the workload's status says so, so a scale-down expects
+        no more than the new count. Expecting the new count outright flagged every scale-up's next
+        poll as PartialReplicas and cost the loop a cycle on data it could trust.
+        """
+        if self.replicas is None:
+            return Expected()
+        return Expected(replicas=min(self.replicas, replicas))
+
 
 @dataclass(frozen=True)
 class PodFigures:
