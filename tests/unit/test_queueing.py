@@ -57,3 +57,22 @@ def test_a_stricter_percentile_or_no_slack_sustains_less():
     assert p99 < p95 and tight < p95
     # A TTFT limit the prefill alone already breaks leaves nothing sustainable.
     assert sustainable_rate(slots, conc, e2e, ttft, 0.5, 95)[0] == 0.0
+
+
+def _erlang_c_by_recursion(servers: int, load: float) -> float:
+    """The textbook: Erlang B by B(k) = a B(k-1) / (k + a B(k-1)), then C from B."""
+    if load >= servers:
+        return 1.0
+    blocking = 1.0
+    for k in range(1, servers + 1):
+        blocking = load * blocking / (k + load * blocking)
+    return servers * blocking / (servers - load * (1.0 - blocking))
+
+
+@given(st.lists(st.tuples(st.integers(0, 600), st.floats(0.0, 1.2)), min_size=1, max_size=20))
+def test_erlang_c_agrees_with_the_textbook_recursion_for_any_mix_of_candidates(cases):
+    servers = np.array([c for c, _ in cases], dtype=np.int64)
+    loads = np.array([c * u for c, u in cases])
+    got = erlang_c(servers, loads)
+    expected = [_erlang_c_by_recursion(int(c), float(a)) for c, a in zip(servers, loads, strict=True)]
+    assert got == pytest.approx(expected, abs=1e-9)

@@ -185,3 +185,18 @@ def test_the_hand_written_text_matches_prometheus_clients_own(engine_kind: str) 
         registry = CollectorRegistry()
         registry.register(ReplicaCollector(lambda shown=view: shown))
         assert render(view) == generate_latest(registry)
+
+
+@pytest.mark.parametrize("engine_kind", ["vllm", "sglang"])
+def test_the_bench_reads_what_a_parser_of_the_text_would(engine_kind: str) -> None:
+    # The bench hands PodsSource the samples instead of printing and parsing them at every poll.
+    from infertune.observe.textformat import parse_payload, read_samples
+    from infertune.sim.exporter import samples
+
+    view = ReplicaView.of(busy_engine(SMALL.with_(engine=engine_kind)))
+    text = render(view).decode()
+    parsed = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
+    assert list(samples(view)) == parsed
+    reading = read_samples(samples(view))
+    assert reading == parse_payload(text)
+    assert reading.histograms["ttft"].count == 6 and reading.counters["generation_tokens"] > 0

@@ -1,8 +1,9 @@
 """The infertune policy: what the operator does every cycle, run against the twin in virtual time.
 
 Nothing here decides. The resource is seed 000's example with the coding-agent ServingPolicy,
-resolved by `actuate.request.resolve`; each pod's /metrics is the replica's exporter text, read by
-the real `PodsSource` (parser, deltas, fault rules) into the real `Observation`; the poller runs
+resolved by `actuate.request.resolve`; each pod's /metrics samples (the exporter's, as the text
+parser would return them) are read by the real `PodsSource` (deltas, fault rules) into the real
+`Observation`; the poller runs
 every 15 s as the operator's does, and every `spec.tuning.interval` the `tune` handler's body runs:
 feed `FitMemory`, call `controller.cycle.run_cycle`, apply `outcome.apply`, keep `outcome.status`
 for the next cycle. The virtual clock starts at EPOCH so timestamps in the status look real.
@@ -27,8 +28,9 @@ from infertune.controller.status import WorkloadState, iso, layout_of
 from infertune.model.early_warning import WarningPolicy
 from infertune.observe import Expected, FitMemory, PodsSource, PodTarget, Snapshot
 from infertune.observe.history import PressureHistory
+from infertune.observe.textformat import Reading, read_samples
 from infertune.planner.types import Layout
-from infertune.sim.exporter import ReplicaView, render
+from infertune.sim.exporter import ReplicaView, samples
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples/kimi-k2.6-b200.yaml"
@@ -112,8 +114,10 @@ class Infertune:
     def _poll(self, now: float, actuator: Actuator) -> Snapshot:
         fleet = actuator.fleet
         if self._source is None:
-            def fetch(target: PodTarget) -> str:
-                return render(ReplicaView.of(fleet.replicas[target.pod].engine)).decode()
+            def fetch(target: PodTarget) -> Reading:
+                # The samples the pod's /metrics would print, without printing and parsing them at every
+                # poll (that was two thirds of a run); tests/unit/test_sim_exporter.py pins the equality.
+                return read_samples(samples(ReplicaView.of(fleet.replicas[target.pod].engine)))
 
             origin = actuator.origin
             self._source = PodsSource([], clock=lambda: EPOCH + fleet.now - origin, fetch=fetch, workers=1)

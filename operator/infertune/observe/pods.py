@@ -95,9 +95,10 @@ class PodsSource:
 
     def __init__(self, targets: Sequence[PodTarget], *, timeout: float = 5.0, stale_after: float = 120.0,
                  workers: int = 16, clock: Callable[[], float] = time.time,
-                 fetch: Callable[[PodTarget], str] | None = None) -> None:
-        """`fetch` replaces the HTTP GET (target -> payload text), for replaying exporters in
-        virtual time; everything after the payload (parsing, deltas, faults) is the same."""
+                 fetch: Callable[[PodTarget], str | Reading] | None = None) -> None:
+        """`fetch` replaces the HTTP GET, for replaying exporters in virtual time: it returns the payload
+        text, or a `Reading` already made by `read_samples` from samples the caller holds (the parsing
+        then is skipped, and everything after it, deltas and faults, is the same)."""
         self.targets = list(targets)
         self.fetch = fetch
         self.timeout = timeout
@@ -120,7 +121,9 @@ class PodsSource:
     def _fetch(self, target: PodTarget) -> _Scrape:
         if self.fetch is not None:
             try:
-                return _Scrape(target, self.clock(), reading=parse_payload(self.fetch(target)))
+                payload = self.fetch(target)
+                reading = payload if isinstance(payload, Reading) else parse_payload(payload)
+                return _Scrape(target, self.clock(), reading=reading)
             except PayloadError as exc:
                 return _Scrape(target, self.clock(), fault=MetricsFault.MALFORMED,
                                message=f"{target.pod}: {exc}")

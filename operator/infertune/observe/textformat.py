@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -67,7 +68,24 @@ def _preferred(fig: Figure, present: dict[str, dict[str, _T]]) -> dict[str, _T] 
     return next((present[name] for name in fig.names if name in present), None)
 
 
+Sample = tuple[str, Mapping[str, str], float]  # (sample name, labels, value), as the text format lists them
+
+
 def parse_payload(text: str) -> Reading:
+    """A /metrics payload read by prometheus_client's parser; `PayloadError` when it is not the format."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except Exception as exc:  # the parser raises bare ValueError/IndexError/TypeError on bad lines
+        raise PayloadError(f"not the Prometheus text format: {exc}") from None
+    return read_samples((sample.name, sample.labels, sample.value) for family in families for sample in family.samples)
+
+
+def read_samples(samples: Iterable[Sample]) -> Reading:
+    """The figures infertune needs from a payload's samples, whoever parsed them.
+
+    Split from `parse_payload` so that the benchmark's twin, which holds its samples already, hands
+    them over without printing and re-parsing text at every poll (a test pins that both roads agree).
+    """
     seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
     duplicate = ""
     # Everything is first collected per metric name, then resolved per figure by preference.
@@ -75,40 +93,35 @@ def parse_payload(text: str) -> Reading:
     counters: dict[str, dict[str, float]] = defaultdict(dict)
     hists: dict[str, dict[str, Histogram]] = defaultdict(dict)
     capacity: int | None = None
-    try:
-        families = list(text_string_to_metric_families(text))
-    except Exception as exc:  # the parser raises bare ValueError/IndexError/TypeError on bad lines
-        raise PayloadError(f"not the Prometheus text format: {exc}") from None
-    for family in families:
-        for sample in family.samples:
-            identity = (sample.name, tuple(sorted(sample.labels.items())))
-            if identity in seen and not duplicate:
-                duplicate = sample.name
-            seen.add(identity)
-            found = figure_for_sample(sample.name)
-            if found is None:
-                continue
-            fig, part = found
-            name = sample.name.removesuffix(part) if part else sample.name
-            value = float(sample.value)
-            if fig.kind == "gauge":
-                _add_gauge(gauges[name], fig.key, value)
-            elif fig.kind == "info":
-                blocks, size = sample.labels.get("num_gpu_blocks", ""), sample.labels.get("block_size", "")
-                if blocks.isdigit() and size.isdigit():
-                    capacity = int(blocks) * int(size)
-            elif fig.kind == "counter":
-                counters[name][fig.key] = counters[name].get(fig.key, 0.0) + value
+    for sample_name, labels, sample_value in samples:
+        identity = (sample_name, tuple(sorted(labels.items())))
+        if identity in seen and not duplicate:
+            duplicate = sample_name
+        seen.add(identity)
+        found = figure_for_sample(sample_name)
+        if found is None:
+            continue
+        fig, part = found
+        name = sample_name.removesuffix(part) if part else sample_name
+        value = float(sample_value)
+        if fig.kind == "gauge":
+            _add_gauge(gauges[name], fig.key, value)
+        elif fig.kind == "info":
+            blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+            if blocks.isdigit() and size.isdigit():
+                capacity = int(blocks) * int(size)
+        elif fig.kind == "counter":
+            counters[name][fig.key] = counters[name].get(fig.key, 0.0) + value
+        else:
+            hist = hists[name].setdefault(fig.key, Histogram())
+            if part == "_sum":
+                hist.total += value
+            elif part == "_count":
+                hist.count += value
             else:
-                hist = hists[name].setdefault(fig.key, Histogram())
-                if part == "_sum":
-                    hist.total += value
-                elif part == "_count":
-                    hist.count += value
-                else:
-                    le = float(sample.labels.get("le", "nan"))
-                    if not math.isnan(le):
-                        hist.buckets[le] = hist.buckets.get(le, 0.0) + value
+                le = float(labels.get("le", "nan"))
+                if not math.isnan(le):
+                    hist.buckets[le] = hist.buckets.get(le, 0.0) + value
     reading = Reading(duplicate=duplicate, capacity_tokens=capacity)
     reading.dialect = next((dialect_of(n) for n in KV_USAGE.names if n in gauges), None)
     for fig in GAUGES:

@@ -231,6 +231,20 @@ def _lines(f: Family) -> Iterator[str]:
     yield f"{name}{_label_text(f.labels)} {go(f.value)}\n"
 
 
+def samples(view: ReplicaView) -> Iterator[tuple[str, dict[str, str], float]]:
+    """The samples `render` prints, in its order, as (name, labels, value): what a parser of it returns."""
+    for f in families(view):
+        labels = dict(f.labels)
+        if isinstance(f.value, Histogram):
+            counts = f.value.running_counts()
+            for le, n in zip(le_labels(f.value.bounds), counts, strict=True):
+                yield f"{f.name}_bucket", {**labels, "le": le}, n
+            yield f"{f.name}_count", labels, counts[-1]
+            yield f"{f.name}_sum", labels, f.value.total
+        else:
+            yield (f"{f.name}_total" if f.kind == "counter" else f.name), labels, f.value
+
+
 def render(view: ReplicaView) -> bytes:
     """The replica's /metrics payload in the 0.0.4 text format."""
     return "".join(line for f in families(view) for line in _lines(f)).encode("utf-8")
