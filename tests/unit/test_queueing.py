@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infertune.model.queueing import erlang_c, sustainable_rate, wait_exceedance
+from infertune.model.queueing import TABLE_MAX_SLOTS, erlang_c, sustainable_rate, wait_exceedance
 
 
 @pytest.mark.parametrize(("servers", "load", "expected"), [
@@ -43,9 +43,10 @@ def test_a_replica_sustains_less_than_flat_out_and_pools_better_with_more_slots(
     share = rate / flat_out
     assert np.all(rate < flat_out)
     assert share[0] < share[1] < share[2]  # big batches absorb randomness better (Erlang's economy of scale)
-    # At the returned rate the chance of waiting past the 2 s slack is within the 5% the p95 SLO allows.
+    # At the returned rate the chance of waiting past the 2 s slack is within the 5% the p95 SLO allows
+    # (to the table's interpolation: a thousandth of it).
     load = rate * 30.0
-    assert np.all(wait_exceedance(slots.astype(np.int64), load, np.full(3, 30.0), np.full(3, 2.0)) <= 0.05 + 1e-6)
+    assert np.all(wait_exceedance(slots.astype(np.int64), load, np.full(3, 30.0), np.full(3, 2.0)) <= 0.05 * 1.001)
 
 
 def test_a_stricter_percentile_or_no_slack_sustains_less():
@@ -76,3 +77,18 @@ def test_erlang_c_agrees_with_the_textbook_recursion_for_any_mix_of_candidates(c
     got = erlang_c(servers, loads)
     expected = [_erlang_c_by_recursion(int(c), float(a)) for c, a in zip(servers, loads, strict=True)]
     assert got == pytest.approx(expected, abs=1e-9)
+
+
+@settings(max_examples=30, deadline=None)  # the direct bisection at 257 slots is the slow half
+@given(st.floats(2.0, 60.0), st.floats(0.0, 1.0), st.floats(0.05, 2.0), st.floats(0.0, 0.05),
+       st.one_of(st.none(), st.floats(0.3, 6.0)), st.sampled_from([50, 90, 95, 99]))
+def test_the_tabulated_search_finds_what_bisecting_on_erlang_c_finds(base, per_slot, prefill, ttft_per_slot,
+                                                                      limit, percentile):
+    # Slot counts up to TABLE_MAX_SLOTS are sized from a table of Erlang C; one more takes the direct
+    # bisection for the whole call. The two must agree on every slot count the table covers.
+    conc = np.arange(1.0, TABLE_MAX_SLOTS + 2)
+    e2e, ttft = base + per_slot * conc, prefill + ttft_per_slot * conc
+    tabulated = sustainable_rate(conc[:-1], conc, e2e, ttft, limit, percentile)
+    direct = sustainable_rate(conc, conc, e2e, ttft, limit, percentile)[:-1]
+    assert tabulated == pytest.approx(direct, rel=1e-2, abs=1e-6)
+    assert tabulated[7:] == pytest.approx(direct[7:], rel=1e-3, abs=1e-6)  # 8 slots and more

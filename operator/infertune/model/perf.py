@@ -245,11 +245,26 @@ class PerformanceModel:
         ttft = self.queue_wait_seconds + self.workload.prefill_tokens_for_ttft * concurrency / self.prefill_rate(tp)
         return ttft, ttft + self.workload.output_tokens * per_pass
 
+    def per_stream_tps(self, tp: int, concurrencies: FloatArray) -> FloatArray:
+        """`grid(tp, concurrencies).per_stream_tps` alone, without the rest of the grid."""
+        per_pass, *_ = self._per_pass_array(tp, np.asarray(concurrencies, dtype=float))
+        tps: FloatArray = 1.0 / per_pass
+        return tps
+
     def grid(self, tp: int, concurrencies: FloatArray) -> LayoutGrid:
         """Every prediction for one TP over an array of concurrencies."""
         c = np.asarray(concurrencies, dtype=float)
-        per_pass, napkin, source, ratio, from_tp, covers = self._per_pass_array(tp, c)
-        ttft, e2e = self._lifecycle(tp, c, per_pass)
+        n = c.size
+        # Elasticity d ln(aggregate) / d ln(c), by central differences on the same chain; the probes
+        # go through the roofline in the same call as the grid itself (a third of the planner's time).
+        lo, hi = np.maximum(c - 0.5, 0.5), c + 0.5
+        probes = np.concatenate([c, lo, hi])
+        per_pass_all, napkin_all, source, ratio, from_tp, covers_all = self._per_pass_array(tp, probes)
+        per_pass, napkin, covers = per_pass_all[:n], napkin_all[:n], covers_all[:n]
+        ttft_all, e2e_all = self._lifecycle(tp, probes, per_pass_all)
+        ttft, e2e = ttft_all[:n], e2e_all[:n]
+        agg_lo, agg_hi = lo / e2e_all[n:2 * n], hi / e2e_all[2 * n:]
+        elasticity = np.log(agg_hi / agg_lo) / np.log(hi / lo)
         rate = c / e2e
         output_tps = rate * self.workload.output_tokens
         processed_tps = rate * self.workload.processed_tokens
@@ -258,13 +273,6 @@ class PerformanceModel:
             cost_processed = dollars_per_second / processed_tps * 1e6
             cost_output = dollars_per_second / output_tps * 1e6
         capacity = self.kv_capacity(tp)
-        # Elasticity d ln(aggregate) / d ln(c), by central differences on the same chain.
-        lo, hi = np.maximum(c - 0.5, 0.5), c + 0.5
-        agg = []
-        for probe in (lo, hi):
-            pp, *_ = self._per_pass_array(tp, probe)
-            agg.append(probe / self._lifecycle(tp, probe, pp)[1])
-        elasticity = np.log(agg[1] / agg[0]) / np.log(hi / lo)
         return LayoutGrid(
             tp=tp, concurrency=c, per_pass_seconds=per_pass, napkin_seconds=napkin, source=source,
             calibration_ratio=ratio, calibrated_from_tp=from_tp, fit_covers=covers,

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from infertune.model.perf import LayoutGrid, PerformanceModel, Region, classify_region
-from infertune.model.queueing import sustainable_rate
+from infertune.model.queueing import sustainable_rates
 from infertune.planner.types import PlanRequest
 
 FloatArray = npt.NDArray[np.float64]
@@ -171,7 +171,7 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         offsets.append(n)
         n += concurrencies.size
         tps = grid.per_stream_tps
-        tps_tail = perf.grid(tp, concurrencies * spread).per_stream_tps
+        tps_tail = perf.per_stream_tps(tp, concurrencies * spread)
         frac = grid.kv_working_set_fraction
         tail = frac * spread
         verdict = np.full(concurrencies.shape, Verdict.FEASIBLE, dtype=np.int64)
@@ -202,10 +202,15 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         cols["cost"].append(grid.cost_per_million_processed)
         cols["frac"].append(frac)
         cols["tail"].append(tail)
-        cols["rate"].append(sustainable_rate(concurrencies, concurrencies, grid.e2e_seconds, grid.ttft_seconds,
-                                             request.slo.max_ttft_seconds, request.slo.ttft_percentile))
         cols["v"].append(verdict.astype(float))
         cols["short"].append(short)
+    # Every TP at once: the queueing search is a handful of numpy passes however many TPs there are.
+    # A TP whose weights leave no KV pool never serves, and sustains nothing.
+    serving = [g for g in grids if g.kv_capacity_tokens > 0]
+    rates = iter(sustainable_rates(concurrencies, concurrencies, np.stack([g.e2e_seconds for g in serving]),
+                                   np.stack([g.ttft_seconds for g in serving]), request.slo.max_ttft_seconds,
+                                   request.slo.ttft_percentile) if serving else ())
+    cols["rate"] = [next(rates) if g.kv_capacity_tokens > 0 else np.zeros(concurrencies.shape) for g in grids]
     cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     return CandidateTable(
         grids=tuple(grids), offsets=tuple(offsets), tp=cat["tp"].astype(np.int64), concurrency=cat["c"],
