@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infertune.model.queueing import TABLE_MAX_SLOTS, erlang_c, sustainable_rate, wait_exceedance
+from infertune.model.queueing import TABLE_MAX_SLOTS, erlang_c, sustainable_rates, wait_exceedance
 
 
 @pytest.mark.parametrize(("servers", "load", "expected"), [
@@ -28,6 +28,11 @@ def test_more_load_means_more_waiting(servers, utilisation, slack):
     c = np.array([servers, servers])
     p = wait_exceedance(c, loads, np.array([20.0, 20.0]), np.array([slack, slack]))
     assert 0.0 <= p[0] <= p[1] <= 1.0
+
+
+def sustainable_rate(slots, conc, e2e, ttft, ttft_limit, percentile):
+    """One TP's rates: the planner asks for every TP at once, with one grid row each."""
+    return sustainable_rates(slots, conc, np.asarray(e2e)[None], np.asarray(ttft)[None], ttft_limit, percentile)[0]
 
 
 def _flat_grid(e2e: float, ttft: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -92,3 +97,15 @@ def test_the_tabulated_search_finds_what_bisecting_on_erlang_c_finds(base, per_s
     direct = sustainable_rate(conc, conc, e2e, ttft, limit, percentile)[:-1]
     assert tabulated == pytest.approx(direct, rel=1e-2, abs=1e-6)
     assert tabulated[7:] == pytest.approx(direct[7:], rel=1e-3, abs=1e-6)  # 8 slots and more
+
+
+def test_every_tp_at_once_gets_what_each_tp_gets_alone():
+    conc = np.arange(1.0, 129.0)
+    e2e = np.stack([10.0 + 0.2 * conc, 30.0 + 0.8 * conc, 20.0 + 0.05 * conc])
+    ttft = np.stack([0.3 + 0.01 * conc, 0.5 + 0.04 * conc, 1.0 + 0.002 * conc])
+    together = sustainable_rates(conc, conc, e2e, ttft, 3.0, 95)
+    alone = [sustainable_rate(conc, conc, e2e[i], ttft[i], 3.0, 95) for i in range(3)]
+    assert together.shape == (3, conc.size)
+    for row, single in zip(together, alone, strict=True):
+        assert row == pytest.approx(single, rel=1e-12)
+    assert len({round(float(r[63]), 6) for r in together}) == 3  # the rows really differ

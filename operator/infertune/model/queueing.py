@@ -53,20 +53,12 @@ def wait_exceedance(servers: npt.NDArray[np.int64], load: FloatArray, holding_se
     return erlang_c(servers, load) * np.exp(-spare * np.maximum(slack_seconds, 0.0) / holding_seconds)
 
 
-def sustainable_rate(slots: FloatArray, grid_concurrency: FloatArray, grid_e2e: FloatArray,
-                     grid_ttft: FloatArray, ttft_limit: float | None, percentile: int) -> FloatArray:
-    """Requests/s per replica for each candidate's `slots`, given its TP's prediction grid (e2e and
-    TTFT over concurrency): the largest rate whose wait beyond the TTFT slack is no likelier than
-    the SLO allows (1 - percentile/100). Without a TTFT limit a wait of one service time is the slack."""
-    rates: FloatArray = sustainable_rates(slots, grid_concurrency, np.asarray(grid_e2e, dtype=float)[None],
-                                          np.asarray(grid_ttft, dtype=float)[None], ttft_limit, percentile)[0]
-    return rates
-
-
 def sustainable_rates(slots: FloatArray, grid_concurrency: FloatArray, grid_e2e: FloatArray,
                       grid_ttft: FloatArray, ttft_limit: float | None, percentile: int) -> FloatArray:
-    """`sustainable_rate` for several TPs at once: `grid_e2e` and `grid_ttft` hold one row per TP over
-    the shared `grid_concurrency`; the answer has one row per TP and one column per slot count."""
+    """Requests/s per replica for each slot count in `slots`, for each TP's prediction grid (`grid_e2e`
+    and `grid_ttft`: one row per TP over the shared `grid_concurrency`): the largest rate whose wait
+    beyond the TTFT slack is no likelier than the SLO allows (1 - percentile/100). Without a TTFT
+    limit a wait of one service time is the slack. One row per TP, one column per slot count."""
     slots = np.asarray(slots, dtype=float)
     concurrency = np.asarray(grid_concurrency, dtype=float)
     e2e_rows, ttft_rows = np.atleast_2d(grid_e2e).astype(float), np.atleast_2d(grid_ttft).astype(float)
@@ -109,8 +101,8 @@ def _busy_by_bisection(servers: npt.NDArray[np.int64], grid_concurrency: FloatAr
 # costs O(slots) per candidate and step, half a second for the full grid. Erlang C depends on nothing
 # but (slots, load), so it is tabulated once per process at loads 1/8 of a slot apart and the search
 # runs on the table, for every TP at once: the bracket by bisection over the table's loads, the
-# crossing inside it along the chord of log P(wait) over log load (within 1e-3 of the direct
-# bisection from 8 slots up, 1e-2 below; tests/unit/test_queueing.py).
+# crossing inside it by Newton's method on an interpolant (`_crossing`); within 1e-3 of the direct
+# bisection from 8 slots up, 1e-2 below (tests/unit/test_queueing.py).
 TABLE_MAX_SLOTS = 256  # 257 x 2,049 floats, 4 MiB; larger slot counts take the direct bisection
 _LOADS_PER_SLOT = 8
 
@@ -141,10 +133,10 @@ class _Tabulated:
         columns = int(servers.max(initial=0)) * _LOADS_PER_SLOT + 1
         self.loads = np.arange(columns) / _LOADS_PER_SLOT
         tps = e2e_rows.shape[0]
-        self.e2e = _interp_rows(self.loads, concurrency, e2e_rows)  # TP x column
-        self.slack = _slack(_interp_rows(self.loads, concurrency, ttft_rows), self.e2e, ttft_limit)
+        e2e = _interp_rows(self.loads, concurrency, e2e_rows)  # TP x column
+        self.slack = _slack(_interp_rows(self.loads, concurrency, ttft_rows), e2e, ttft_limit)
         # Waiting beyond the slack decays as exp(-spare x slack / e2e); a column without slack is never within.
-        self.decay = (np.maximum(self.slack, 0.0) / self.e2e).ravel()
+        self.decay = (np.maximum(self.slack, 0.0) / e2e).ravel()
         self.has_slack = (self.slack > 0).ravel()
         self.log_allowed = math.log(allowed)
         self.servers = np.tile(servers, tps)

@@ -206,11 +206,14 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         cols["short"].append(short)
     # Every TP at once: the queueing search is a handful of numpy passes however many TPs there are.
     # A TP whose weights leave no KV pool never serves, and sustains nothing.
-    serving = [g for g in grids if g.kv_capacity_tokens > 0]
-    rates = iter(sustainable_rates(concurrencies, concurrencies, np.stack([g.e2e_seconds for g in serving]),
-                                   np.stack([g.ttft_seconds for g in serving]), request.slo.max_ttft_seconds,
-                                   request.slo.ttft_percentile) if serving else ())
-    cols["rate"] = [next(rates) if g.kv_capacity_tokens > 0 else np.zeros(concurrencies.shape) for g in grids]
+    rates = np.zeros((len(grids), concurrencies.size))
+    serving = [i for i, g in enumerate(grids) if g.kv_capacity_tokens > 0]
+    if serving:
+        rates[serving] = sustainable_rates(concurrencies, concurrencies,
+                                           np.stack([grids[i].e2e_seconds for i in serving]),
+                                           np.stack([grids[i].ttft_seconds for i in serving]),
+                                           request.slo.max_ttft_seconds, request.slo.ttft_percentile)
+    cols["rate"] = list(rates)
     cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     return CandidateTable(
         grids=tuple(grids), offsets=tuple(offsets), tp=cat["tp"].astype(np.int64), concurrency=cat["c"],

@@ -210,13 +210,17 @@ def check_scale_down_stabilised(ctx: _Context) -> Check:
         return _ok("stabilisation")
     if ctx.proposed.replicas >= ctx.applied.replicas:
         return _ok("stabilisation")
-    span = stabilization_window(ctx.rails)
-    window = [r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span]
-    ceiling = max([*window, ctx.proposed.replicas])
+    ceiling = _stabilisation_ceiling(ctx, ctx.proposed.replicas)
     if ceiling >= ctx.applied.replicas:
         return _hold("stabilisation", "ScaleDownStabilizing",
-                     f"{ceiling} replica(s) recommended within the last {span:.0f} s")
+                     f"{ceiling} replica(s) recommended within the last {stabilization_window(ctx.rails):.0f} s")
     return _ok("stabilisation")
+
+
+def _stabilisation_ceiling(ctx: _Context, proposed_replicas: int) -> int:
+    """The highest count recommended within the stabilisation window, this one included."""
+    span = stabilization_window(ctx.rails)
+    return max([proposed_replicas, *(r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span)])
 
 
 CHECKS: tuple[Callable[[_Context], Check], ...] = (
@@ -284,8 +288,7 @@ def _stabilised(ctx: _Context) -> _Context:
     proposed, applied = ctx.proposed, ctx.applied
     if proposed is None or applied is None or not applied.same_shape(proposed) or proposed.replicas >= applied.replicas:
         return ctx
-    span = stabilization_window(ctx.rails)
-    ceiling = max([proposed.replicas, *(r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span)])
+    ceiling = _stabilisation_ceiling(ctx, proposed.replicas)
     return replace(ctx, proposed=replace(proposed, replicas=min(ceiling, applied.replicas)))
 
 
