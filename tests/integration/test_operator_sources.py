@@ -276,7 +276,7 @@ async def test_a_rising_working_set_sets_cache_headroom_and_exports_time_to_clif
     # Pre-history: the trend needs 30 s of points, which a test does not wait for in real time.
     async with operator(kmock, source, poll_seconds=0.2) as ctx:
         for back in range(120, 0, -10):
-            ctx.history.record(source.poll(now=time.time() - back))
+            ctx.hub.history.record(source.poll(now=time.time() - back))
         await post(kmock, resource(mode="Recommend"), INFD)
         warned = await eventually(lambda: (c := condition(stored(kmock, INFD, NAME), "CacheHeadroom"))
                                   and c["status"] == "False" and c, timeout=20)

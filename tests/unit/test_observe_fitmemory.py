@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from infertune.errors import StatusError
 from infertune.observe import FitMemory, FitSample
 
 
@@ -107,5 +108,5 @@ def test_status_round_trip_survives_a_restart() -> None:
     ({"version": 1, "layouts": {"8": [[1, "x", 1, 0]]}}, "non-number"),
 ])
 def test_bad_status_names_the_field(status: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(StatusError, match=field):
         FitMemory.from_status(status)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from infertune.api.observation import MetricsFault
+from infertune.errors import UserError
 from infertune.observe import Expected, PodsSource, PodTarget
 from tests.prometheus_fixture import EnginePayload, PayloadServer
 
@@ -151,5 +152,5 @@ def test_preempting_window_gives_no_fit_sample(payload_servers) -> None:
 
 @pytest.mark.parametrize("text", ["nohost", "ns/chat=127.0.0.1:80", "127.0.0.1:http"])
 def test_bad_targets_are_one_line_errors(text: str) -> None:
-    with pytest.raises(ValueError, match="target"):
+    with pytest.raises(UserError, match="target"):
         PodTarget.parse(text)

@@ -65,7 +65,7 @@ def test_an_unreachable_cheaper_layout_holds_and_the_running_shape_follows_deman
     assert d.action is not Action.RELAYOUT
     assert "RelayoutWouldDropCapacity" in d.reason + d.message
     # In a pool with room for 12 TP8 pods the same re-layout goes ahead, at 12 until the roll is over.
-    roomy = replace(wants_tp8, sizing=(*wants_tp8.sizing[:3], 256))
+    roomy = replace(wants_tp8, sizing=replace(wants_tp8.sizing, pool_gpus=256))
     d = decide(roomy, PlannerState(applied=running), fresh(2.0), RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.target == Layout(8, 21, 12) and d.recommended == tp8
     assert "no running pod goes before a new one is ready" in d.message

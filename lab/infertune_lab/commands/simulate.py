@@ -45,7 +45,8 @@ def _replica_args(p: argparse.ArgumentParser) -> None:
                    help="KV pool in 16-token blocks (default: the capacity model)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     p.add_argument("--fit", default=None, metavar="A_MS,B_MS",
-                   help="per-pass line a + b*B in ms for this TP (seed 000: 5.2,1.65); default: the napkin")
+                   help="per-pass line a + b*B in ms for this TP (the Kimi B200 load test's: 5.2,1.65); "
+                        "default: the napkin")
     p.add_argument("--noise", type=float, default=0.0, help="relative std-dev of a step's time")
     p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="metric dialect")
     p.add_argument("--workload", choices=sorted(SHAPES), default="coding-agent")

@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from infertune.actuate.engine import (
@@ -29,6 +30,16 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 GPU = "nvidia.com/gpu"
 Obj = dict[str, Any]
+
+
+class WorkloadKind(StrEnum):
+    DEPLOYMENT = "Deployment"
+    LEADER_WORKER_SET = "LeaderWorkerSet"
+
+
+def workload_kind(layout: Layout, gpus_per_node: int) -> WorkloadKind:
+    """A replica that spans nodes is a LeaderWorkerSet (one pod per node); one within a node, a Deployment."""
+    return WorkloadKind.LEADER_WORKER_SET if layout.tensor_parallel_size > gpus_per_node else WorkloadKind.DEPLOYMENT
 
 
 @dataclass(frozen=True)
@@ -190,7 +201,37 @@ def make_service(owner: Owner, spec: InferenceDeploymentSpec, multi_node: bool) 
 def desired_objects(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
                     gpus_per_node: int) -> list[Obj]:
     """Everything the operator applies for one resource at one layout, workload first."""
-    multi = layout.tensor_parallel_size > gpus_per_node
+    multi = workload_kind(layout, gpus_per_node) is WorkloadKind.LEADER_WORKER_SET
     workload = (make_leader_worker_set(owner, spec, layout, gpus_per_node) if multi
                 else make_deployment(owner, spec, layout))
     return [workload, make_service(owner, spec, multi)]
+
+
+def _pod_template(obj: Obj) -> Obj:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == WorkloadKind.LEADER_WORKER_SET:
+        return dict((spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {})
+    return dict(spec.get("template") or {})
+
+
+def layout_of_workload(obj: Obj) -> Layout | None:
+    """The layout a rendered (or live) workload runs: its replicas, and the TP and max-num-seqs its pod
+    template records. None for an object that is no workload of ours or carries no layout."""
+    if obj.get("kind") not in tuple(WorkloadKind):
+        return None
+    notes = (_pod_template(obj).get("metadata") or {}).get("annotations") or {}
+    try:
+        replicas = int((obj.get("spec") or {}).get("replicas", 1))
+        layout = Layout(int(notes[TP_ANNOTATION]), int(notes[SEQS_ANNOTATION]), replicas)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return layout if min(layout.tensor_parallel_size, layout.max_num_seqs) >= 1 and replicas >= 0 else None
+
+
+def max_surge_of(obj: Obj) -> int | None:
+    """The rolling update's maxSurge as a pod count (None: not a count, or not set)."""
+    spec = obj.get("spec") or {}
+    strategy = spec.get("strategy") or spec.get("rolloutStrategy") or {}
+    rolling = strategy.get("rollingUpdate") or strategy.get("rollingUpdateConfiguration") or {}
+    surge = rolling.get("maxSurge")
+    return surge if isinstance(surge, int) else None

@@ -24,7 +24,6 @@ class AppliedLayout(ApiModel):
     max_num_seqs: int
     replicas: int
     workload_kind: Literal["Deployment", "LeaderWorkerSet"] = "Deployment"
-    input_hash: str = ""
     applied_at: str = ""
 
 

@@ -9,13 +9,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from infertune.actuate.request import Resolved, resolve
 from infertune.api.policy import parse_policy
 from infertune.api.spec import API_VERSION, KIND, parse_spec
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
 from infertune.errors import UserError
 from infertune.planner import Plan, plan
+from infertune.planner.request import Resolved, resolve
 from infertune.planner.types import Layout
 
 
@@ -31,12 +31,13 @@ def register(sub: Any) -> None:
 
 
 def _from_cluster(args: argparse.Namespace) -> tuple[Resolved, dict[str, Any]]:
-    from infertune.actuate.apply import KubeApiError, client_from_environment
+    from infertune.actuate.apply import client_from_environment
+    from infertune.errors import ApiError
 
     kube = client_from_environment()
     try:
         body = kube.get(API_VERSION, KIND, args.namespace, args.name)
-    except KubeApiError as exc:
+    except ApiError as exc:
         raise UserError(f"cannot read {KIND} {args.namespace}/{args.name}: {exc}") from None
     if body is None:
         raise UserError(f"{KIND} {args.namespace}/{args.name} not found")

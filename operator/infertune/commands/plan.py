@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
     p.add_argument("--output-tokens", type=float, help="mean generated tokens")
     p.add_argument("--context-cv", type=float,
                    help="spread of a stream's context, sd/mean (default: the workload's; 0: every context "
-                        "the mean, as seed 000's averages assume)")
+                        "the mean, as the load test's averages assume)")
     p.add_argument("--min-stream-tps", type=float, help="SLO: minimum decode tok/s per stream")
     p.add_argument("--max-ttft", type=float, help="SLO: maximum TTFT in seconds")
     p.add_argument("--demand-rps", type=float, help="requests per second to size replicas for")
@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
     p.add_argument("--pool-gpus", type=int, help="GPUs in the node pool")
     p.add_argument("--max-concurrency", type=int, default=64)
     p.add_argument("--kv-headroom", type=float, default=0.10, help="fraction of the KV pool kept free")
-    p.add_argument("--fit", help="measured line INTERCEPT_MS,SLOPE_MS for --fit-tp (seed 000: 5.2,1.65)")
+    p.add_argument("--fit", help="measured line INTERCEPT_MS,SLOPE_MS for --fit-tp "
+                                 "(the Kimi B200 load test's: 5.2,1.65)")
     p.add_argument("--samples", help="CSV batch,per_pass_ms[,context_tokens] measured at --fit-tp")
     p.add_argument("--fit-tp", type=int, default=8, help="the TP the fit or samples were measured at")
     p.add_argument("--all", action="store_true", help="show every candidate, not a sample of them")

@@ -13,6 +13,7 @@ import structlog
 
 from infertune.actuate.apply import client_from_environment
 from infertune.controller import OperatorContext, build_registry
+from infertune.errors import UserError
 
 
 def _configure_logging(level: str) -> None:
@@ -39,7 +40,7 @@ def register(sub: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     if args.cycle_seconds <= 0 or args.poll_seconds <= 0:
-        raise ValueError("--cycle-seconds and --poll-seconds must be positive")
+        raise UserError("--cycle-seconds and --poll-seconds must be positive")
     _configure_logging(args.log_level)
     source = None
     if args.prometheus_url:

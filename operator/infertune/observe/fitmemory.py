@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from infertune.errors import StatusError
 from infertune.model.fit import FitError, LinearFit, fit_per_pass
 
 STATUS_VERSION = 1
@@ -108,26 +109,26 @@ class FitMemory:
     @classmethod
     def from_status(cls, data: Mapping[str, Any] | None, max_samples: int = 64,
                     min_samples: int = 6) -> FitMemory:
-        """Rebuilds from `to_status()`. Raises ValueError naming the bad field; None gives an empty memory."""
+        """Rebuilds from `to_status()`. Raises StatusError naming the bad field; None gives an empty memory."""
         memory = cls(max_samples, min_samples)
         if not data:
             return memory
         if data.get("version") != STATUS_VERSION:
-            raise ValueError(f"fit status: unsupported version {data.get('version')!r}")
+            raise StatusError(f"fit status: unsupported version {data.get('version')!r}")
         layouts = data.get("layouts")
         if not isinstance(layouts, Mapping):
-            raise ValueError("fit status: 'layouts' must be a mapping of TP to samples")
+            raise StatusError("fit status: 'layouts' must be a mapping of TP to samples")
         for tp_text, rows in layouts.items():
             if not str(tp_text).isdigit() or not isinstance(rows, list):
-                raise ValueError(f"fit status: layouts[{tp_text!r}] must be a TP with a list of samples")
+                raise StatusError(f"fit status: layouts[{tp_text!r}] must be a TP with a list of samples")
             parsed = []
             for i, row in enumerate(rows):
                 if not isinstance(row, list) or len(row) != 4:
-                    raise ValueError(
+                    raise StatusError(
                         f"fit status: layouts[{tp_text!r}][{i}] must be [batch, seconds, weight, time]")
                 try:
                     parsed.append(FitSample(*(float(v) for v in row)))
                 except (TypeError, ValueError):
-                    raise ValueError(f"fit status: layouts[{tp_text!r}][{i}] holds a non-number") from None
+                    raise StatusError(f"fit status: layouts[{tp_text!r}][{i}] holds a non-number") from None
             memory.add(int(tp_text), parsed)
         return memory

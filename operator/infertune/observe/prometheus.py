@@ -22,6 +22,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from infertune.api.observation import MetricsFault
+from infertune.errors import SourceError
 from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation
 from infertune.observe.fitmemory import FitSample
@@ -30,7 +31,9 @@ from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 
 
-class SourceError(Exception):
+class QueryError(SourceError):
+    """A Prometheus query failed; `fault` says how, in the words a condition uses."""
+
     def __init__(self, fault: MetricsFault, message: str) -> None:
         super().__init__(message)
         self.fault = fault
@@ -40,29 +43,29 @@ _RANK = {name: i for i, name in enumerate(KV_USAGE_DIALECTS)}
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
 
 
-def classify(exc: BaseException, url: str) -> SourceError:
+def classify(exc: BaseException, url: str) -> QueryError:
     """Maps a client exception to the fault a user can act on."""
-    if isinstance(exc, SourceError):
+    if isinstance(exc, QueryError):
         return exc
     if isinstance(exc, ValueError):  # requests' JSONDecodeError is a RequestException too: test first
-        return SourceError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
+        return QueryError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
     # Without retries urllib3's own errors surface unwrapped; NewConnectionError subclasses its
     # TimeoutError, so it is tested first.
     if isinstance(exc, urllib3.exceptions.NewConnectionError):
-        return SourceError(MetricsFault.UNREACHABLE, f"cannot reach {url}: connection refused")
+        return QueryError(MetricsFault.UNREACHABLE, f"cannot reach {url}: connection refused")
     if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
-        return SourceError(MetricsFault.TIMEOUT, f"{url} did not answer within the timeout")
+        return QueryError(MetricsFault.TIMEOUT, f"{url} did not answer within the timeout")
     if isinstance(exc, requests.exceptions.RequestException | urllib3.exceptions.HTTPError | OSError):
-        return SourceError(MetricsFault.UNREACHABLE, f"cannot reach {url}: {type(exc).__name__}")
+        return QueryError(MetricsFault.UNREACHABLE, f"cannot reach {url}: {type(exc).__name__}")
     if isinstance(exc, PrometheusApiClientException):
         match = _STATUS.search(str(exc))
         code = int(match.group(1)) if match else 0
         if code >= 500:
-            return SourceError(MetricsFault.SERVER_ERROR, f"{url} answered HTTP {code}")
+            return QueryError(MetricsFault.SERVER_ERROR, f"{url} answered HTTP {code}")
         if code in (401, 403):
-            return SourceError(MetricsFault.UNREACHABLE, f"{url} answered HTTP {code}: check the token")
-        return SourceError(MetricsFault.MALFORMED, f"{url} rejected the query: HTTP {code}")
-    return SourceError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
+            return QueryError(MetricsFault.UNREACHABLE, f"{url} answered HTTP {code}: check the token")
+        return QueryError(MetricsFault.MALFORMED, f"{url} rejected the query: HTTP {code}")
+    return QueryError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
 
 
 def _value(item: Mapping[str, Any]) -> float:
@@ -155,7 +158,7 @@ class PrometheusSource:
         except Exception as exc:  # every client failure becomes a fault, never a traceback
             raise classify(exc, self.url) from exc
         if not isinstance(result, list) or not all(isinstance(i, dict) and "metric" in i for i in result):
-            raise SourceError(MetricsFault.MALFORMED, f"{self.url}: unexpected answer to {query.key}")
+            raise QueryError(MetricsFault.MALFORMED, f"{self.url}: unexpected answer to {query.key}")
         return result
 
     def poll(self, expected: Mapping[DeploymentKey, Expected] | None = None,
@@ -177,7 +180,7 @@ class PrometheusSource:
                     pod = metric.get(lab.pod, "")
                     acc = pods[key].setdefault(pod, _PodAccumulator(pod))
                     acc.absorb(query, item)
-        except SourceError as err:
+        except QueryError as err:
             return Snapshot(time=at, queries=issued, fault=err.fault, message=str(err), source=self.name)
         except (KeyError, ValueError, TypeError, IndexError) as exc:
             return Snapshot(time=at, queries=issued, fault=MetricsFault.MALFORMED,

@@ -61,7 +61,7 @@ def reachable(plan: Plan, running: Layout, running_safe: bool = True) -> Rollout
     """The best-ranked shape whose rollout from `running` keeps the demand served within the pool
     (the plan's own choice when it is). None when no shape is reachable, or when a safe running
     shape ranks above every reachable one: then the running shape is what to scale."""
-    pool = plan.sizing[3]
+    pool = plan.sizing.pool_gpus
     for layout in plan.ranked:
         if layout.same_shape(running):
             if running_safe:
