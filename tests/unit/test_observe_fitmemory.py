@@ -54,8 +54,9 @@ def test_layouts_are_fitted_separately() -> None:
     memory.add(8, _seed000_samples(rng))
     memory.add(4, [(b, (8.0 + 2.9 * b) * 1e-3) for b in (2, 4, 8, 12, 16, 24)], now=5.0)
     fits = memory.fits()
-    assert set(fits) == {4, 8}
-    assert fits[4].slope_s == pytest.approx(2.9e-3, rel=1e-6)
+    assert set(fits) == {4, 8} and len(fits[4]) == 6 and len(fits[8]) == len(memory.samples(8))
+    assert fits[4].batches == (2, 4, 8, 12, 16, 24) and fits[4].contexts == (0.0,) * 6  # context unknown
+    assert memory.fit(4).slope_s == pytest.approx(2.9e-3, rel=1e-6)
 
 
 def test_too_few_or_degenerate_samples_give_no_fit() -> None:

@@ -138,7 +138,8 @@ class OperatorContext:
         for key in routes:
             obs = snapshot.observations.get(key)
             if obs is not None and obs.available and obs.fit_samples:
-                samples = [FitSample(batch, seconds, 1.0, obs.sample_time) for batch, seconds in obs.fit_samples]
+                samples = [FitSample(batch, seconds, 1.0, obs.sample_time, context)
+                           for batch, seconds, context in obs.fit_samples]
                 self._queue_samples(key, samples)
 
     def _queue_samples(self, key: Key, samples: list[FitSample]) -> None:
