@@ -18,8 +18,8 @@ from infertune.api.conditions import (
 )
 from infertune.api.observation import Observation
 from infertune.controller import status as st
-from infertune.model.perf import AnyFit, PerformanceModel
 from infertune.model.early_warning import CliffWarning
+from infertune.model.perf import AnyFit, PerformanceModel
 from infertune.planner import Decision, Plan, decide, next_state, plan
 from infertune.planner.types import Layout
 

@@ -12,8 +12,8 @@ from typing import Any
 from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
 from infertune.api.status import MAX_DECISIONS
-from infertune.model.passfit import PassFit
 from infertune.model.early_warning import CliffReason, CliffWarning
+from infertune.model.passfit import PassFit
 from infertune.planner import Decision, Plan, PlannerState
 from infertune.planner.types import Layout, SloTarget
 

@@ -43,6 +43,7 @@ from infertune.model.roofline import (
 FloatArray = npt.NDArray[np.float64]
 
 TERM_NAMES = ("overhead", "weights", "kv", "compute")
+DEFAULT_NAPKIN = NapkinAssumptions()
 # Two-sided 90% band: the planner's pessimistic side is exceeded one time in twenty, as the working set's.
 INTERVAL_Z = 1.645
 
@@ -93,7 +94,7 @@ def pass_terms(model: ModelProfile, gpu: GpuSpec, tp: int, batch: FloatArray, co
         experts = unique_experts(model.moe.routed_experts, model.moe.experts_per_token, b.ravel())
         weights += experts * (model.moe.moe_layers * model.expert_bytes / bandwidth)
     if np.ndim(context) == 0:  # the planner's case: one context for the whole grid
-        ctx = float(context)  # type: ignore[arg-type]
+        ctx = float(context)
         out[:, 2] = b.ravel() * (ctx * kv_bytes_per_token_total(model, ctx) / bandwidth)
         out[:, 3] = b.ravel() * ((2.0 * model.active_params + attention_flops_per_token(model, ctx)) / peak)
         return out
@@ -202,10 +203,13 @@ def _system(terms: FloatArray, y: FloatArray, rows: FloatArray, scale_guess: flo
     return a, b
 
 
+Numbers = Sequence[float] | FloatArray
+
+
 def fit_pass(
-    model: ModelProfile, gpu: GpuSpec, tp: int, batches: Sequence[float], seconds: Sequence[float],
-    contexts: Sequence[float], weights: Sequence[float] | None = None,
-    napkin: NapkinAssumptions = NapkinAssumptions(), prior: PassPrior = PassPrior(), iterations: int = 10,
+    model: ModelProfile, gpu: GpuSpec, tp: int, batches: Numbers, seconds: Numbers,
+    contexts: Numbers, weights: Numbers | None = None,
+    napkin: NapkinAssumptions = DEFAULT_NAPKIN, prior: PassPrior = PassPrior(), iterations: int = 10,
 ) -> PassFit:
     """Fits the napkin's coefficients to (batch, context, seconds) samples. Raises FitError without any
     usable sample. Invalid rows (non-finite, non-positive) are dropped, as `fit_per_pass` drops them."""

@@ -65,8 +65,10 @@ BEND_ELASTICITY = 0.28
 NAPKIN_SPREAD = 3.0
 # A calibration carried to another TP: the band widens by this factor per octave of TP away.
 TRANSFER_SPREAD_PER_OCTAVE = 1.25
-# Concurrencies below the smallest asked for, at which the region's elasticity is also probed.
-ORDER_LADDER = 12
+# Concurrencies below the smallest asked for, at which the region's elasticity is also probed: every
+# one up to this many (so a single concurrency reads the label the whole axis gives it), a geometric
+# ladder of as many beyond.
+ORDER_LADDER = 512
 
 AnyFit = LinearFit | PassFit | SampleSet
 
@@ -351,7 +353,8 @@ class PerformanceModel:
         # go through the roofline in the same call as the grid itself (a third of the planner's time).
         # A ladder below the smallest concurrency lets the ordered elasticity see where the curve bent.
         low_c = float(c.min()) if n else 1.0
-        ladder = np.geomspace(1.0, low_c, ORDER_LADDER + 1)[:-1] if low_c > 1.0 else np.zeros(0)
+        ladder = np.arange(1.0, math.ceil(low_c)) if low_c <= ORDER_LADDER else np.unique(
+            np.round(np.geomspace(1.0, low_c, ORDER_LADDER + 1)[:-1]))
         axis = np.concatenate([c, ladder])
         m = axis.size
         lo, hi = np.maximum(axis - 0.5, 0.5), axis + 0.5

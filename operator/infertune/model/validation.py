@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from infertune.model.catalog import CatalogError, GpuSpec, ModelProfile, load_gpu, load_model
-from infertune.model.passfit import PassFit, fit_pass
+from infertune.model.passfit import DEFAULT_NAPKIN, PassFit, fit_pass
 from infertune.model.roofline import NapkinAssumptions, napkin_per_pass, prefill_tokens_per_second
 
 # Profile fields a sweep may override (the dtypes its checkpoint was served in), with their types.
@@ -210,7 +210,7 @@ def _ttft_fit(per_pass: Sequence[float], ttft: Sequence[float]) -> tuple[float, 
     return best[0], best[1]
 
 
-def validate(sweep: Sweep, train: int = TRAIN_POINTS, napkin: NapkinAssumptions = NapkinAssumptions()) -> SweepResult:
+def validate(sweep: Sweep, train: int = TRAIN_POINTS, napkin: NapkinAssumptions = DEFAULT_NAPKIN) -> SweepResult:
     """Fits on the `train` smallest concurrencies and predicts every row (the rest are held out)."""
     rows = [p for p in sweep.points if not p.outlier]
     if len(rows) < train:
