@@ -166,3 +166,15 @@ def test_fit_without_a_context_is_one_clear_line(capsys, tmp_path):
     csv.write_text("batch,per_pass_ms\n4,11.8\ninf,18.4\n16,31.6\n")
     code, _, err = run(capsys, "fit", "--samples", str(csv))
     assert code == 2 and "line 3" in err
+
+
+def test_simulate_sweep_replays_fixed_lengths_in_a_closed_loop(capsys):
+    code, out, _ = run(capsys, "simulate", "sweep", "--model", "gpt-oss-120b", "--gpu", "h100", "--tp", "8",
+                       "--prompt-tokens", "1024", "--output-tokens", "1024", "--concurrency", "4,16",
+                       "--warmup", "30", "--duration", "120", "--output", "json")
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["concurrency"] for r in rows] == [4, 16]
+    assert all(r["prefix_hit_rate"] == 0 for r in rows)  # one turn a session: no prompt is ever cached
+    assert rows[1]["aggregate_tps"] > rows[0]["aggregate_tps"]
+    code, _, err = run(capsys, "simulate", "sweep", "--prompt-tokens", "1024")
+    assert code == 2 and "--output-tokens" in err and err.count("\n") == 1

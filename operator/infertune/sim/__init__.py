@@ -22,6 +22,7 @@ from infertune.sim.traffic import (
     SessionShape,
     TrafficSource,
     arrivals,
+    fixed,
     shape,
 )
 
