@@ -50,8 +50,8 @@ def twin_rows(result: SweepResult, warmup: float = 60.0,
     measured mean TTFT, twin median TTFT)."""
     s = result.sweep
     perf = PerformanceModel(s.model, s.gpu, Workload(s.prompt_tokens, 0, s.output_tokens), fits={s.tp: result.fit})
-    config = ReplicaConfig(model=s.model.name, gpu=s.gpu.name, tp=s.tp, max_num_seqs=max(p.concurrency for p in s.points),
-                           perf=perf)
+    config = ReplicaConfig(model=s.model.name, gpu=s.gpu.name, tp=s.tp, perf=perf,
+                           max_num_seqs=max(p.concurrency for p in s.points))
     rows = []
     for p in s.points:
         if p.output_tps is None or p.outlier:

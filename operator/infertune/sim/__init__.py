@@ -44,6 +44,7 @@ __all__ = [
     "TraceReplay",
     "TrafficSource",
     "arrivals",
+    "fixed",
     "load_trace",
     "shape",
     "summarize",
