@@ -29,8 +29,10 @@ from typing import Any
 import numpy as np
 
 from infertune.model.catalog import CatalogError, GpuSpec, ModelProfile, load_gpu, load_model
+from infertune.model.fit import fit_per_pass
 from infertune.model.passfit import DEFAULT_NAPKIN, PassFit, fit_pass
-from infertune.model.roofline import NapkinAssumptions, napkin_per_pass, prefill_tokens_per_second
+from infertune.model.perf import calibration_ratio
+from infertune.model.roofline import NapkinAssumptions, napkin_per_pass, overhead_seconds, prefill_tokens_per_second
 
 # Profile fields a sweep may override (the dtypes its checkpoint was served in), with their types.
 _OVERRIDES = {"expert_bytes_per_param": float, "weight_bytes_per_param": float, "kv_bytes_per_element": float,
@@ -145,6 +147,8 @@ class PointResult:
     outlier: str
     measured_ms: float
     napkin_ms: float
+    line_ms: float  # the straight line through the training rows
+    line_rule_ms: float  # the rule this fit replaced: the line, or past its samples max(line, calibrated napkin)
     fit_ms: float
     low_ms: float
     high_ms: float
@@ -161,6 +165,10 @@ class PointResult:
     @property
     def napkin_error(self) -> float:
         return self.napkin_ms / self.measured_ms - 1.0
+
+    @property
+    def line_rule_error(self) -> float:
+        return self.line_rule_ms / self.measured_ms - 1.0
 
     @property
     def ttft_error(self) -> float | None:
@@ -228,18 +236,26 @@ def validate(sweep: Sweep, train: int = TRAIN_POINTS, napkin: NapkinAssumptions 
                                   [p.ttft_seconds for p in with_ttft if p.ttft_seconds is not None])
     prefill = prefill_tokens_per_second(sweep.model, sweep.gpu, sweep.tp, napkin)
     held = {p.concurrency for p in training}
+    line = fit_per_pass([batches[p.concurrency] for p in training], [measured[p.concurrency] for p in training],
+                        robust=False)
+    mid = (line.batch_min + line.batch_max) / 2
+    ratio = calibration_ratio(sweep.model, sweep.gpu, sweep.tp, mid, line.per_pass(mid), ctx, napkin)
+    overhead = overhead_seconds(sweep.model, sweep.gpu, sweep.tp, napkin)
     results = []
     for p in sweep.points:
         b = batches[p.concurrency]
         mean, low, high = fit.per_pass(sweep.model, sweep.gpu, b, ctx)
         nap = float(napkin_per_pass(sweep.model, sweep.gpu, sweep.tp, b, ctx, napkin))
+        straight = line.per_pass(b)
+        rule = straight if line.covers(b) else max(straight, overhead + ratio * (nap - overhead))
         ttft_fit = None if offset is None or steps is None else offset + steps * mean
         throughput_fit = None  # Little's law over the predicted request; needs the predicted TTFT
         if ttft_fit is not None:
             throughput_fit = p.concurrency * sweep.output_tokens / (ttft_fit + (sweep.output_tokens - 1) * mean)
         results.append(PointResult(
             concurrency=p.concurrency, batch=b, held_out=p.concurrency not in held, outlier=p.outlier,
-            measured_ms=measured[p.concurrency] * 1e3, napkin_ms=nap * 1e3, fit_ms=mean * 1e3,
+            measured_ms=measured[p.concurrency] * 1e3, napkin_ms=nap * 1e3, line_ms=straight * 1e3,
+            line_rule_ms=rule * 1e3, fit_ms=mean * 1e3,
             low_ms=low * 1e3, high_ms=high * 1e3, ttft_measured_s=p.ttft_seconds,
             ttft_napkin_s=sweep.prompt_tokens * p.concurrency / prefill, ttft_fit_s=ttft_fit,
             throughput_measured=p.output_tps, throughput_fit=throughput_fit))
@@ -258,16 +274,17 @@ def report(results: Sequence[SweepResult]) -> str:
                    f"{', '.join(str(p.concurrency) for p in r.points if not p.held_out)}: {terms}"
                    + (f"; TTFT = {r.ttft_offset_s * 1e3:.0f} ms + {r.ttft_steps:.1f} x per-pass"
                       if r.ttft_offset_s is not None and r.ttft_steps is not None else "") + ".\n")
-        out.append("| c | B | per-pass ms | napkin | fit [interval] | fit err | TTFT s | TTFT napkin | "
+        out.append("| c | B | per-pass ms | napkin | line rule | fit [interval] | fit err | TTFT s | TTFT napkin | "
                    "TTFT fit | TTFT err | out tok/s | model tok/s |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for p in r.points:
             tag = "" if p.held_out else " (fit)"
             tag += f" (outlier: {p.outlier})" if p.outlier else ""
             ttft_err = p.ttft_error
             out.append(
                 f"| {p.concurrency}{tag} | {p.batch:.1f} | {p.measured_ms:.2f} | {p.napkin_ms:.1f} "
-                f"({p.napkin_error:+.0%}) | {p.fit_ms:.2f} [{p.low_ms:.2f}, {p.high_ms:.2f}] | {p.fit_error:+.1%} | "
+                f"({p.napkin_error:+.0%}) | {p.line_rule_ms:.2f} ({p.line_rule_error:+.0%}) | "
+                f"{p.fit_ms:.2f} [{p.low_ms:.2f}, {p.high_ms:.2f}] | {p.fit_error:+.1%} | "
                 f"{_num(p.ttft_measured_s, 3)} | {p.ttft_napkin_s:.2f} | {_num(p.ttft_fit_s, 3)} | "
                 f"{'' if ttft_err is None else f'{ttft_err:+.1%}'} | {_num(p.throughput_measured, 0)} | "
                 f"{_num(p.throughput_fit, 0)} |")
