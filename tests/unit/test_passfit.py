@@ -60,7 +60,7 @@ def test_samples_that_cannot_separate_the_terms_give_the_calibrated_napkin():
     seconds = truth(DSR1, B200, 8, batch, 1536.0, (1.2, 0.25, 0.25, 0.25))
     fit = fit_pass(DSR1, B200, 8, batch, seconds, [1536.0] * 3)
     _, weights, kv, compute = fit.coefficients
-    assert weights == pytest.approx(kv, rel=0.05) and kv == pytest.approx(compute, rel=0.05)
+    assert weights == pytest.approx(kv, rel=0.1) and kv == pytest.approx(compute, rel=0.1)
     assert fit.scale == pytest.approx(0.25, rel=0.15)
 
 

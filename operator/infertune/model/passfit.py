@@ -43,6 +43,9 @@ from infertune.model.roofline import (
 FloatArray = npt.NDArray[np.float64]
 
 TERM_NAMES = ("overhead", "weights", "kv", "compute")
+# A term at zero is linearised as this share of the scale: ln(0) has no tangent.
+LOG_FLOOR = 1e-3
+GAUSS_NEWTON_STEPS = 8
 DEFAULT_NAPKIN = NapkinAssumptions()
 # Two-sided 90% band: the planner's pessimistic side is exceeded one time in twenty, as the working set's.
 INTERVAL_Z = 1.645
@@ -53,15 +56,17 @@ class PassPrior:
     """How far the coefficients may stray from the napkin before the samples must say so.
 
     `noise` is the relative scatter expected of one sample (a window's mean inter-token latency);
-    the other figures are prior standard deviations: the overhead relative to the napkin's, each work
-    term relative to the common scale, and the common scale itself (the napkin is known to miss real
-    stacks by 2-10x, seed 000, so that prior is nearly flat).
+    the other figures are prior standard deviations: the overhead relative to the napkin's, the log of
+    each work term's ratio to the common scale (1.0: a term 3x the napkin's share is a one-sigma
+    surprise; seed 000's own pass, 1.65 ms a stream at 80K, puts KV ~4x the napkin's share), and the
+    common scale itself (the napkin is known to miss real stacks by 2-10x, seed 000, so that prior is
+    nearly flat).
     """
 
     noise: float = 0.05
     overhead_sd: float = 0.5
-    term_sd: float = 0.35
-    scale_sd: float = 4.0
+    term_sd: float = 1.0  # of ln(term / scale)
+    scale_sd: float = 100.0  # a factor: ln(100) of log sd, nearly flat
     huber_k: float = 1.345
 
 
@@ -110,7 +115,7 @@ class PassFit:
 
     tp: int
     coefficients: tuple[float, float, float, float]  # overhead, weights, kv, compute; 1 = the napkin's
-    scale: float  # the common scale the work terms were pulled towards (the calibrated napkin)
+    scale: float  # the work terms' common scale (their geometric mean): the calibrated napkin's ratio
     covariance: tuple[tuple[float, ...], ...]  # 4x4, of the coefficients
     r2: float
     samples: int
@@ -157,7 +162,7 @@ class PassFit:
 
 
 def _nnls(a: FloatArray, b: FloatArray) -> tuple[FloatArray, tuple[int, ...]]:
-    """Non-negative least squares by trying every support: exact, and cheap for five unknowns.
+    """Non-negative least squares by trying every support: exact, and cheap for four unknowns.
 
     The optimum's support S solves the unconstrained problem on S, so the best feasible solution over
     all supports is the optimum; the prior rows keep every column set of full rank.
@@ -180,24 +185,32 @@ def _nnls(a: FloatArray, b: FloatArray) -> tuple[FloatArray, tuple[int, ...]]:
     return best[1], best[2]
 
 
-def _system(terms: FloatArray, y: FloatArray, rows: FloatArray, scale_guess: float,
+def _system(terms: FloatArray, y: FloatArray, rows: FloatArray, around: FloatArray,
             prior: PassPrior) -> tuple[FloatArray, FloatArray]:
     """The whitened system: data rows in units of the expected relative noise, then the prior's rows.
 
-    Unknowns: the four coefficients and the common scale s.
+    Unknowns: the four coefficients. The overhead's prior is normal about the napkin's. The work terms'
+    prior is log-normal about their common scale (their geometric mean): a term three times the
+    napkin's share is as plausible as a third of it, and the scale itself is nearly free. Logs are
+    linearised about `around` (Gauss-Newton: the caller re-solves about each new estimate):
+    ln t ~ ln t0 - 1 + t / t0.
     """
-    n = y.size
-    data = np.column_stack([terms, np.zeros(n)]) * rows[:, None]
+    data = terms * rows[:, None]
     target = y * rows
-    priors = [
-        (np.array([1.0, 0, 0, 0, 0]) / prior.overhead_sd, 1.0 / prior.overhead_sd),
-        (np.array([0, 0, 0, 0, 1.0]) / prior.scale_sd, 1.0 / prior.scale_sd),
-    ]
-    spread = prior.term_sd * max(scale_guess, 1e-6)
-    for j in (1, 2, 3):
-        row = np.zeros(5)
-        row[j], row[4] = 1.0 / spread, -1.0 / spread
-        priors.append((row, 0.0))
+    priors = [(np.array([1.0, 0, 0, 0]) / prior.overhead_sd, 1.0 / prior.overhead_sd)]
+    t0 = np.maximum(around[1:], LOG_FLOOR * max(float(np.exp(np.mean(np.log(np.maximum(around[1:], 1e-12))))),
+                                                1e-12))
+    slope = 1.0 / t0  # d ln t / d t at t0
+    offset = np.log(t0) - 1.0  # ln t ~ offset + slope x t
+    centre = np.eye(3) - 1.0 / 3.0
+    for i in range(3):
+        row = np.zeros(4)
+        row[1:] = centre[i] * slope / prior.term_sd
+        priors.append((row, -float(centre[i] @ offset) / prior.term_sd))
+    scale_sd = math.log(prior.scale_sd)
+    row = np.zeros(4)
+    row[1:] = slope / (3.0 * scale_sd)
+    priors.append((row, -float(np.mean(offset)) / scale_sd))
     a = np.vstack([data, np.array([r for r, _ in priors])])
     b = np.concatenate([target, np.array([t for _, t in priors])])
     return a, b
@@ -228,32 +241,34 @@ def fit_pass(
     # Relative noise: each row is weighted by 1/(noise x seconds), times its confidence.
     base_rows = np.sqrt(w0) / (prior.noise * y)
     huber = np.ones_like(y)
-    scale = 1.0
-    coef = np.zeros(5)
+    coef = np.ones(4)  # the napkin itself, where the linearisation of the log prior starts
     support: tuple[int, ...] = ()
     for _ in range(max(iterations, 1)):
         rows = base_rows * np.sqrt(huber)
-        # Twice per round: the spread allowed around the common scale is relative to that scale.
-        for _ in range(2):
-            a, b = _system(terms, y, rows, scale, prior)
-            coef, support = _nnls(a, b)
-            scale = max(coef[4], 1e-6)
-        resid = (y - terms @ coef[:4]) / (prior.noise * y)
+        for _ in range(GAUSS_NEWTON_STEPS):
+            a, b = _system(terms, y, rows, coef, prior)
+            new_coef, support = _nnls(a, b)
+            done = np.allclose(new_coef, coef, rtol=1e-4, atol=1e-9)
+            coef = new_coef
+            if done:
+                break
+        resid = (y - terms @ coef) / (prior.noise * y)
         new = np.where(np.abs(resid) <= prior.huber_k, 1.0, prior.huber_k / np.maximum(np.abs(resid), 1e-300))
         if np.allclose(new, huber, atol=1e-6):
             break
         huber = new
     rows = base_rows * np.sqrt(huber)
-    a, _ = _system(terms, y, rows, scale, prior)
+    a, _ = _system(terms, y, rows, coef, prior)
     cov = _covariance(a, support, terms, y, coef, huber, w0, prior)
-    pred = terms @ coef[:4]
+    pred = terms @ coef
     w = w0 * huber / np.square(y)
     mean = float(np.average(y, weights=w))
     ss_tot = float(np.sum(w * (y - mean) ** 2))
     ss_res = float(np.sum(w * (y - pred) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
     c = tuple(float(v) for v in coef[:4])
-    return PassFit(tp, (c[0], c[1], c[2], c[3]), float(coef[4]), cov, r2, int(x.size), float(x.min()),
+    scale = float(np.exp(np.mean(np.log(np.maximum(coef[1:], 1e-12)))))
+    return PassFit(tp, (c[0], c[1], c[2], c[3]), scale, cov, r2, int(x.size), float(x.min()),
                    float(x.max()), float(ctx.min()), float(ctx.max()), napkin)
 
 
@@ -264,12 +279,12 @@ def _covariance(a: FloatArray, support: tuple[int, ...], terms: FloatArray, y: F
     free = list(support)
     sub = a[:, free]
     cov_free = np.linalg.pinv(sub.T @ sub)
-    resid = (y - terms @ coef[:4]) / (prior.noise * y)
+    resid = (y - terms @ coef) / (prior.noise * y)
     dof = max(y.size - 2, 1)
     inflation = max(1.0, float(np.sum(w0 * huber * resid**2)) / dof)
-    full = np.zeros((5, 5))
+    full = np.zeros((4, 4))
     full[np.ix_(free, free)] = cov_free * inflation
-    return tuple(tuple(float(v) for v in row[:4]) for row in full[:4])
+    return tuple(tuple(float(v) for v in row) for row in full)
 
 
 # A line summarises many samples: read back, its points are far tighter than one window's scatter.

@@ -297,7 +297,14 @@ class PerformanceModel:
             if fit.napkin != self.napkin:
                 terms = pass_terms(self.model, self.gpu, tp, batch, ctx, fit.napkin)
             seconds, low, high = fit.interval(terms)
-            return _PassArrays(seconds, napkin, low, high, "fit", 1.0, tp, fit.covers_array(batch))
+            covers = fit.covers_array(batch)
+            line = self.fits.get(tp)
+            if isinstance(line, LinearFit):
+                # A measured line is the truth where it was measured; its physics fit carries it beyond.
+                exact = line.intercept_s + line.slope_s * batch
+                to_line = np.where(covers, exact / seconds, 1.0)
+                seconds, low, high = seconds * to_line, low * to_line, high * to_line
+            return _PassArrays(seconds, napkin, low, high, "fit", 1.0, tp, covers)
         overhead = terms[:, 0]
         source_tp = self._nearest_calibrated_tp(tp)
         if source_tp is not None:
