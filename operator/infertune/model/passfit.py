@@ -24,7 +24,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -85,28 +85,33 @@ def _attention_flops(model: ModelProfile, contexts: FloatArray) -> FloatArray:
     return out
 
 
-def pass_terms(model: ModelProfile, gpu: GpuSpec, tp: int, batch: FloatArray, context: FloatArray | float,
-               napkin: NapkinAssumptions) -> FloatArray:
-    """The napkin's four terms in seconds, one row per (batch, context): overhead, weights, KV, compute."""
-    b = np.asarray(batch, dtype=float)
+def term_columns(model: ModelProfile, gpu: GpuSpec, tp: int, batch: FloatArray, context: FloatArray | float,
+                 napkin: NapkinAssumptions) -> tuple[float, FloatArray, FloatArray, FloatArray]:
+    """The napkin's four terms in seconds: the overhead (one figure for every row), then the weights,
+    KV and compute columns, one row per (batch, context)."""
+    b = np.asarray(batch, dtype=float).ravel()
     bandwidth = effective_bandwidth(model, gpu, tp, napkin)
     peak = tp * gpu.peak_flops(model.compute_dtype) * napkin.mfu_decode
-    out = np.empty((b.size, 4))
-    out[:, 0] = overhead_seconds(model, gpu, tp, napkin)
-    weights = out[:, 1]
-    weights[:] = model.shared_weight_bytes / bandwidth
+    weights = np.full(b.shape, model.shared_weight_bytes / bandwidth)
     if model.moe is not None:
-        experts = unique_experts(model.moe.routed_experts, model.moe.experts_per_token, b.ravel())
+        experts = unique_experts(model.moe.routed_experts, model.moe.experts_per_token, b)
         weights += experts * (model.moe.moe_layers * model.expert_bytes / bandwidth)
     if np.ndim(context) == 0:  # the planner's case: one context for the whole grid
         ctx = float(context)
-        out[:, 2] = b.ravel() * (ctx * kv_bytes_per_token_total(model, ctx) / bandwidth)
-        out[:, 3] = b.ravel() * ((2.0 * model.active_params + attention_flops_per_token(model, ctx)) / peak)
-        return out
-    ctxs = np.broadcast_to(np.asarray(context, dtype=float), b.shape).ravel()
-    out[:, 2] = b.ravel() * ctxs * _kv_per_token(model, ctxs) / bandwidth
-    out[:, 3] = b.ravel() * (2.0 * model.active_params + _attention_flops(model, ctxs)) / peak
-    return out
+        kv = b * (ctx * kv_bytes_per_token_total(model, ctx) / bandwidth)
+        compute = b * ((2.0 * model.active_params + attention_flops_per_token(model, ctx)) / peak)
+    else:
+        ctxs = np.broadcast_to(np.asarray(context, dtype=float).ravel(), b.shape)
+        kv = b * ctxs * _kv_per_token(model, ctxs) / bandwidth
+        compute = b * (2.0 * model.active_params + _attention_flops(model, ctxs)) / peak
+    return overhead_seconds(model, gpu, tp, napkin), weights, kv, compute
+
+
+def pass_terms(model: ModelProfile, gpu: GpuSpec, tp: int, batch: FloatArray, context: FloatArray | float,
+               napkin: NapkinAssumptions) -> FloatArray:
+    """The napkin's four terms in seconds, one row per (batch, context): overhead, weights, KV, compute."""
+    overhead, weights, kv, compute = term_columns(model, gpu, tp, batch, context, napkin)
+    return np.column_stack([np.full(weights.shape, overhead), weights, kv, compute])
 
 
 @dataclass(frozen=True)
@@ -138,12 +143,18 @@ class PassFit:
         covers: npt.NDArray[np.bool_] = (batch >= self.batch_min - 0.1 * span) & (batch <= self.batch_max + 0.25 * span)
         return covers
 
+    @cached_property
+    def coef_array(self) -> FloatArray:
+        return np.asarray(self.coefficients, dtype=float)
+
+    @cached_property
+    def _cov(self) -> FloatArray:
+        return np.asarray(self.covariance, dtype=float)
+
     def predict_terms(self, terms: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(seconds, standard deviation) for rows of `pass_terms`."""
-        coef = np.asarray(self.coefficients)
-        cov = np.asarray(self.covariance)
-        mean: FloatArray = terms @ coef
-        var = np.einsum("ij,jk,ik->i", terms, cov, terms)
+        mean: FloatArray = terms @ self.coef_array
+        var = np.einsum("ij,ij->i", terms @ self._cov, terms)
         sd: FloatArray = np.sqrt(np.maximum(var, 0.0))
         return mean, sd
 

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from infertune.model.catalog import GpuSpec, ModelProfile
 from infertune.model.fit import FitError, LinearFit
 from infertune.model.kv import CapacityAssumptions, cliff_concurrency, kv_capacity_tokens
-from infertune.model.passfit import PassFit, SampleSet, fit_from_line, fit_from_samples, pass_terms
+from infertune.model.passfit import PassFit, SampleSet, fit_from_line, fit_from_samples, pass_terms, term_columns
 from infertune.model.roofline import (
     NapkinAssumptions,
     napkin_per_pass,
@@ -194,6 +194,9 @@ def classify_region(concurrency: float, elasticity: float, cliff: float) -> Regi
 
 def ordered_elasticity(concurrency: FloatArray, elasticity: FloatArray) -> FloatArray:
     """Each concurrency's elasticity as the lowest at or below it, so the regions come in order."""
+    if concurrency.size < 2 or bool(np.all(concurrency[1:] >= concurrency[:-1])):  # the planner's axis
+        ordered: FloatArray = np.minimum.accumulate(elasticity)
+        return ordered
     order = np.argsort(concurrency, kind="stable")
     running = np.minimum.accumulate(elasticity[order])
     out = np.empty_like(elasticity)
@@ -286,17 +289,27 @@ class PerformanceModel:
             return None
         return min(known, key=lambda t: (abs(math.log2(t) - math.log2(tp)), -t))
 
-    def _pass_arrays(self, tp: int, batch: FloatArray, context: float | None = None) -> _PassArrays:
+    def _pass_arrays(self, tp: int, batch: FloatArray, context: float | None = None,
+                     bands: int | None = None) -> _PassArrays:
+        """Per-pass seconds, napkin and interval; `bands` limits the interval to the leading rows that
+        need it (the grid's probes do not), the rest carry the point."""
         ctx = self.decode_context_tokens if context is None else context
-        terms = pass_terms(self.model, self.gpu, tp, batch, ctx, self.napkin)
-        work = np.maximum(terms[:, 1] + terms[:, 2], terms[:, 3])
-        napkin = terms[:, 0] + self.napkin.overlap * work
+        overhead, weights, kv, compute = term_columns(self.model, self.gpu, tp, batch, ctx, self.napkin)
+        napkin = overhead + self.napkin.overlap * np.maximum(weights + kv, compute)
         no_cover = np.zeros(batch.shape, dtype=bool)
         fit = self.pass_fit(tp)
         if fit is not None:
-            if fit.napkin != self.napkin:
+            if fit.napkin == self.napkin:
+                terms = np.column_stack([np.full(weights.shape, overhead), weights, kv, compute])
+            else:
                 terms = pass_terms(self.model, self.gpu, tp, batch, ctx, fit.napkin)
-            seconds, low, high = fit.interval(terms)
+            if bands is None or bands >= batch.size:
+                seconds, low, high = fit.interval(terms)
+            else:
+                head, low_head, high_head = fit.interval(terms[:bands])
+                seconds = np.concatenate([head, terms[bands:] @ fit.coef_array])
+                low, high = seconds.copy(), seconds.copy()
+                low[:bands], high[:bands] = low_head, high_head
             covers = fit.covers_array(batch)
             line = self.fits.get(tp)
             if isinstance(line, LinearFit):
@@ -305,7 +318,6 @@ class PerformanceModel:
                 to_line = np.where(covers, exact / seconds, 1.0)
                 seconds, low, high = seconds * to_line, low * to_line, high * to_line
             return _PassArrays(seconds, napkin, low, high, "fit", 1.0, tp, covers)
-        overhead = terms[:, 0]
         source_tp = self._nearest_calibrated_tp(tp)
         if source_tp is not None:
             ratio = self._ratio_at(source_tp) or 1.0
@@ -366,7 +378,7 @@ class PerformanceModel:
         m = axis.size
         lo, hi = np.maximum(axis - 0.5, 0.5), axis + 0.5
         probes = np.concatenate([c, lo, hi])
-        p = self._pass_arrays(tp, probes)
+        p = self._pass_arrays(tp, probes, bands=n)
         per_pass, napkin, covers = p.seconds[:n], p.napkin[:n], p.covers[:n]
         ttft_all, e2e_all = self._lifecycle(tp, probes, p.seconds)
         ttft, e2e = ttft_all[:n], e2e_all[:n]
