@@ -15,8 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from infertune.cli import UserError
 from infertune.commands._inputs import Samples, parse_int_list, read_samples, resolve_model
+from infertune.errors import UserError
 from infertune.model import FitError, fit_per_pass, load_gpu
 from infertune.model.passfit import PassFit, fit_pass
 
