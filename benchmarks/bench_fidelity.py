@@ -8,8 +8,8 @@ from pathlib import Path
 
 from infertune.model import PerformanceModel, Workload
 from infertune.model.validation import SweepResult, report, sweep_from_mapping, validate
-from infertune.sim import ReplicaConfig, fixed
-from infertune.sim.sweep import run_level
+from infertune_lab.sim import ReplicaConfig, fixed
+from infertune_lab.sim.sweep import run_level
 
 SWEEPS = Path(__file__).resolve().parents[1] / "docs" / "validation"
 

@@ -10,8 +10,8 @@ import pytest
 
 from infertune.model import PerformanceModel, Workload
 from infertune.model.validation import sweep_from_mapping, validate
-from infertune.sim import ReplicaConfig, fixed
-from infertune.sim.sweep import run_level
+from infertune_lab.sim import ReplicaConfig, fixed
+from infertune_lab.sim.sweep import run_level
 
 SWEEPS = sorted((Path(__file__).resolve().parents[2] / "docs" / "validation").glob("*.toml"))
 
