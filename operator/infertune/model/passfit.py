@@ -10,8 +10,9 @@ fit's shape past the sampled batches is the hardware's: the experts' union satur
 batch x context, the collectives do not grow with batch at all. A straight line sees none of that.
 
 The coefficients are fitted to samples that carry batch AND context, by robust (Huber) weighted least
-squares with non-negative coefficients and a Gaussian prior: the overhead near the napkin's, and the three
-work terms near one common scale (the napkin calibrated by the samples). With few samples, or samples
+squares with non-negative coefficients and a prior: the overhead normal about the napkin's, and the three
+work terms log-normal about their common scale (the napkin calibrated by the samples). With few samples,
+or samples
 that cannot tell two terms apart (every sample at one context), the prior decides the split and the fit
 is the calibrated napkin; with samples that can, the data decides. The posterior covariance gives every
 prediction an interval, which widens away from the sampled batches and contexts because the terms the
@@ -173,23 +174,28 @@ class PassFit:
 
 
 def _nnls(a: FloatArray, b: FloatArray) -> tuple[FloatArray, tuple[int, ...]]:
-    """Non-negative least squares by trying every support: exact, and cheap for four unknowns.
+    """Non-negative least squares on the normal equations: the unconstrained solution when it is
+    non-negative (the usual case), else the best of every support, which is exact for four unknowns.
 
     The optimum's support S solves the unconstrained problem on S, so the best feasible solution over
     all supports is the optimum; the prior rows keep every column set of full rank.
     """
-    n = a.shape[1]
+    gram, rhs = a.T @ a, a.T @ b
+    n = gram.shape[0]
+    x = np.linalg.solve(gram, rhs)
+    if np.all(x >= 0):
+        return x, tuple(range(n))
     best: tuple[float, FloatArray, tuple[int, ...]] | None = None
-    for size in range(1, n + 1):
+    for size in range(1, n):
         for cols in itertools.combinations(range(n), size):
-            sub = a[:, cols]
-            x, *_ = np.linalg.lstsq(sub, b, rcond=None)
-            if np.any(x < -1e-12):
+            idx = list(cols)
+            sub = np.linalg.solve(gram[np.ix_(idx, idx)], rhs[idx])
+            if np.any(sub < 0):
                 continue
-            cost = float(np.sum((sub @ x - b) ** 2))
+            full = np.zeros(n)
+            full[idx] = sub
+            cost = float(full @ gram @ full - 2.0 * rhs @ full)
             if best is None or cost < best[0] - 1e-15:
-                full = np.zeros(n)
-                full[list(cols)] = np.maximum(x, 0.0)
                 best = (cost, full, cols)
     if best is None:  # unreachable: a single column with a positive target always fits
         raise FitError("no non-negative solution")

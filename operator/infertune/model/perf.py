@@ -272,7 +272,7 @@ class PerformanceModel:
         fit = self.pass_fit(tp)
         if fit is not None:
             mid = (fit.batch_min + fit.batch_max) / 2
-            seconds, _, _ = fit.per_pass(self.model, self.gpu, mid, self.decode_context_tokens)
+            seconds = self.per_pass(tp, mid).seconds  # a measured line's own value, where it was measured
             return calibration_ratio(self.model, self.gpu, tp, mid, seconds, self.decode_context_tokens, self.napkin)
         point = self.measured_points.get(tp)
         if point is not None:
