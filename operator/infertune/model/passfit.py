@@ -182,7 +182,7 @@ def _nnls(a: FloatArray, b: FloatArray) -> tuple[FloatArray, tuple[int, ...]]:
     """
     gram, rhs = a.T @ a, a.T @ b
     n = gram.shape[0]
-    x = np.linalg.solve(gram, rhs)
+    x: FloatArray = np.asarray(np.linalg.solve(gram, rhs), dtype=np.float64)
     if np.all(x >= 0):
         return x, tuple(range(n))
     best: tuple[float, FloatArray, tuple[int, ...]] | None = None
