@@ -85,6 +85,12 @@ def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Pla
     if last:
         lines.append(f"operator:     last cycle recommended TP{last.get('tensorParallelSize', '?')} max-num-seqs "
                      f"{last.get('maxNumSeqs', '?')} x{last.get('replicas', '?')} ({last.get('reason', '')})")
+    fit = status.get("fit") or {}
+    if fit.get("terms"):
+        terms = ", ".join(f"{name} {value:g}" for name, value in fit["terms"].items())
+        lines.append(f"fit:          TP{fit.get('tensorParallelSize', '?')} per-pass = napkin terms x ({terms}); "
+                     f"R² {fit.get('r2', '?')} over {fit.get('samples', '?')} samples, B {fit.get('batchMin', '?')}.."
+                     f"{fit.get('batchMax', '?')}, context {fit.get('contextMin', '?')}..{fit.get('contextMax', '?')}")
     observed = status.get("observed") or {}
     if observed.get("metricsAvailable"):
         lines.append(f"observed:     KV {observed.get('kvUsagePercent', '?')}%, "
