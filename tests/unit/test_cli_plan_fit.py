@@ -178,3 +178,16 @@ def test_simulate_sweep_replays_fixed_lengths_in_a_closed_loop(capsys):
     assert rows[1]["aggregate_tps"] > rows[0]["aggregate_tps"]
     code, _, err = run(capsys, "simulate", "sweep", "--prompt-tokens", "1024")
     assert code == 2 and "--output-tokens" in err and err.count("\n") == 1
+
+
+def test_plan_from_samples_uses_the_physics_fit_with_their_context(capsys, tmp_path):
+    csv = tmp_path / "tp8.csv"
+    csv.write_text("batch,per_pass_ms,context_tokens\n2,8.5,84528\n4,11.8,84528\n8,18.4,84528\n16,31.6,84528\n")
+    code, out, _ = run(capsys, "plan", "--tp", "4,8", "--samples", str(csv), "--min-stream-tps", "25", "--output",
+                       "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["choice"] is not None
+    tp8 = {c["max_num_seqs"]: c for c in doc["candidates"] if c["tensor_parallel_size"] == 8}
+    assert tp8[8]["pass_source"] == "fit" and tp8[40]["pass_source"] == "fit+napkin"
+    assert tp8[8]["per_pass_ms"] == pytest.approx(18.4, rel=0.05)
+    assert tp8[40]["per_pass_low_ms"] < tp8[40]["per_pass_ms"] < tp8[40]["per_pass_high_ms"]
