@@ -110,3 +110,13 @@ def test_status_round_trip_survives_a_restart() -> None:
 def test_bad_status_names_the_field(status: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
         FitMemory.from_status(status)
+
+
+def test_memory_keeps_the_context_spread_too() -> None:
+    """Hours at one batch and one context do not wash out the few windows seen at another context:
+    those are what tell the KV term from the weights."""
+    memory = FitMemory(max_samples=32)
+    memory.add(8, [FitSample(16.0, 0.045, 1.0, float(i), 120_000.0) for i in range(4)])
+    memory.add(8, [FitSample(16.0, 0.0316, 1.0, 100.0 + i, 30_000.0) for i in range(500)])
+    contexts = [s.context for s in memory.samples(8)]
+    assert len(contexts) == 32 and contexts.count(120_000.0) == 4

@@ -7,8 +7,8 @@ samples on as hashable SampleSets: the planner fits them once per change, not on
 
 The controller keeps `to_status()` in the resource's status and rebuilds with `from_status()`.
 The memory is bounded per layout; when full it forgets the oldest sample of the most crowded
-batch bin, so a long stretch at one load does not wash out what was seen at other batch sizes
-(the slope needs the spread).
+(batch, context) bin, so a long stretch at one load does not wash out what was seen at other batch
+sizes and contexts (the fit needs the spread).
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ class FitSample:
             and self.batch >= 1 and self.seconds > 0 and self.weight > 0 and 0 <= self.context < 1e9
 
 
-def _bin(batch: float) -> int:
-    """Quarter-octave bins: fine at small batches where the intercept is decided, coarse above."""
-    return round(4 * math.log2(max(batch, 1.0)))
+def _bin(sample: FitSample) -> tuple[int, int]:
+    """Quarter-octave batch bins (fine at small batches, where the fixed cost is decided) crossed with
+    half-octave context bins: the context spread is what tells the KV term from the weights."""
+    context = round(2 * math.log2(sample.context)) if sample.context >= 1 else -1
+    return round(4 * math.log2(max(sample.batch, 1.0))), context
 
 
 class FitMemory:
@@ -67,9 +69,9 @@ class FitMemory:
 
     @staticmethod
     def _evict(bucket: list[FitSample]) -> None:
-        bins: dict[int, list[int]] = {}
+        bins: dict[tuple[int, int], list[int]] = {}
         for i, s in enumerate(bucket):
-            bins.setdefault(_bin(s.batch), []).append(i)
+            bins.setdefault(_bin(s), []).append(i)
         crowded = max(bins.values(), key=len)
         del bucket[min(crowded, key=lambda i: bucket[i].time)]
 
