@@ -193,7 +193,7 @@ class LearningSource:
         batch = self.batches[self.polls % len(self.batches)]
         obs = Observation(namespace=NS, deployment=NAME, sample_time=at, available=True, running=batch,
                           waiting=0.0, kv_usage=0.3, mean_inter_token_seconds=0.0052 + 0.00165 * batch,
-                          fit_samples=((batch, 0.0052 + 0.00165 * batch),))
+                          fit_samples=((batch, 0.0052 + 0.00165 * batch, 84_000.0),))
         return Snapshot(time=at, observations={(NS, NAME): obs}, source=self.name)
 
     def close(self) -> None:
@@ -225,7 +225,10 @@ async def test_what_the_fit_learned_survives_an_operator_restart(kmock: Any) -> 
     # every window the first one kept is still there, beside the new ones.
     assert _rows(learned) < _rows(grown)
     assert grown["status"]["fit"]["samples"] > learned["status"]["fit"]["samples"]
-    assert grown["status"]["fit"]["slopeMs"] == pytest.approx(1.65, rel=0.05)
+    # The physics fit of the line's samples: it explains them, over the batches and context they span.
+    fit = grown["status"]["fit"]
+    assert fit["r2"] > 0.95 and (fit["batchMin"], fit["batchMax"]) == (2, 16) and fit["contextMin"] == 84_000
+    assert set(fit["terms"]) == {"overhead", "weights", "kv", "compute"}
 
 
 async def test_an_edited_model_configmap_is_noticed_on_the_next_cycle(kmock: Any) -> None:

@@ -135,6 +135,15 @@ BATCH = SessionShape("batch", 4_000, 3_000, 800, 700, 1, 1, 1_000_000, 0.0, 0.0)
 SHAPES: dict[str, SessionShape] = {s.name: s for s in (CODING_AGENT, CHAT, BATCH)}
 
 
+def fixed(prompt_tokens: int, output_tokens: int) -> SessionShape:
+    """A load generator's requests: every prompt and answer the same length, one turn a session, so no
+    prompt is ever in the prefix cache (benchmark_serving's random dataset, --ignore-eos)."""
+    if prompt_tokens < 1 or output_tokens < 1:
+        raise ValueError("prompt and output tokens must be at least 1")
+    return SessionShape(f"fixed-{prompt_tokens}-{output_tokens}", prompt_tokens, prompt_tokens, output_tokens,
+                        output_tokens, 1, 1, 1 << 40, 0.0, 0.0)
+
+
 def shape(name: str) -> SessionShape:
     try:
         return SHAPES[name]

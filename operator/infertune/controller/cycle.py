@@ -18,8 +18,8 @@ from infertune.api.conditions import (
 from infertune.api.observation import MetricsFault, Observation
 from infertune.api.spec import TuningMode
 from infertune.controller import status as st
-from infertune.model import LinearFit
 from infertune.model.early_warning import CliffWarning
+from infertune.model.perf import AnyFit, PerformanceModel
 from infertune.planner import Decision, Plan, decide, next_state, plan
 from infertune.planner.request import Resolved, pinned
 from infertune.planner.types import Action, DecisionReason, Layout
@@ -40,7 +40,7 @@ class CycleInput:
     resolved: Resolved
     status: Mapping[str, Any]
     observation: Observation | None
-    fits: Mapping[int, LinearFit]
+    fits: Mapping[int, AnyFit]  # FitMemory.fits(): live samples with their contexts, per TP
     now: float
     warning: CliffWarning | None = None  # the cliff early warning from the pressure history
     workload: st.WorkloadState | None = None  # the owned workload's rollout, for Ready
@@ -133,7 +133,10 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
         fields["applied"] = applied
     if target is not None:
         fields["replicas"] = target.replicas
-    fit = st.fitted(request.fits, (st.layout_of(applied) or Layout(0, 0, 0)).tensor_parallel_size)
+    applied_tp = (st.layout_of(applied) or Layout(0, 0, 0)).tensor_parallel_size
+    # The same cached fit the plan used (model/passfit.py caches by the samples' content).
+    perf = PerformanceModel(request.model, request.gpu, the_plan.workload, request.napkin, fits=request.fits)
+    fit = st.fitted(perf.pass_fit(applied_tp) if applied_tp in request.fits else None, applied_tp)
     if fit is not None:
         fields["fit"] = fit
     if inp.fit_samples:

@@ -13,8 +13,8 @@ from infertune.actuate.workload import layout_of_workload, workload_kind
 from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
 from infertune.api.status import MAX_DECISIONS, InferenceDeploymentStatus
-from infertune.model import LinearFit
 from infertune.model.early_warning import CliffReason, CliffWarning
+from infertune.model.passfit import PassFit
 from infertune.planner import Decision, Plan, PlannerState
 from infertune.planner.types import Layout, SloTarget
 
@@ -154,12 +154,15 @@ def observed(obs: Observation | None, slo: SloTarget, warning: CliffWarning | No
     return out | {k: v for k, v in figures.items() if v is not None}
 
 
-def fitted(fits: Mapping[int, LinearFit], tp: int | None) -> dict[str, Any] | None:
-    fit = fits.get(tp) if tp is not None else None
+def fitted(fit: PassFit | None, tp: int) -> dict[str, Any] | None:
+    """The applied layout's per-pass fit: each napkin term's coefficient (1 = the napkin's own), R^2, and
+    the batches and contexts its samples span."""
     if fit is None:
         return None
-    return {"tensorParallelSize": tp, "interceptMs": round(fit.intercept_s * 1000, 3),
-            "slopeMs": round(fit.slope_s * 1000, 4), "r2": round(fit.r2, 4), "samples": fit.samples}
+    return {"tensorParallelSize": tp, "terms": {name: round(value, 4) for name, value in fit.terms},
+            "r2": round(fit.r2, 4), "samples": fit.samples, "batchMin": round(fit.batch_min, 2),
+            "batchMax": round(fit.batch_max, 2), "contextMin": round(fit.context_min),
+            "contextMax": round(fit.context_max)}
 
 
 def wire_status(fields: Mapping[str, Any]) -> dict[str, Any]:

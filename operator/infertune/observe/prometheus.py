@@ -24,7 +24,7 @@ from urllib3.util.retry import Retry
 from infertune.api.observation import MetricsFault
 from infertune.errors import SourceError
 from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
-from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation
+from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, stream_context
 from infertune.observe.fitmemory import FitSample
 from infertune.observe.promql import Labels, Query, fit_range_queries, poll_queries
 from infertune.observe.quantile import quantiles
@@ -70,6 +70,15 @@ def classify(exc: BaseException, url: str) -> QueryError:
 
 def _value(item: Mapping[str, Any]) -> float:
     return float(item["value"][1])  # "NaN" and "+Inf" parse to float too
+
+
+def _capacity_tokens(key: str, metric: Mapping[str, Any], values: list[Any]) -> float | None:
+    """A pod's KV pool in tokens from a range series: SGLang's gauge, or vLLM's cache_config_info labels."""
+    if key == "cache_config":
+        blocks, size = metric.get("num_gpu_blocks", ""), metric.get("block_size", "")
+        return float(int(blocks) * int(size)) if blocks.isdigit() and size.isdigit() else None
+    finite = [float(v) for _, v in values if math.isfinite(float(v)) and float(v) > 0]
+    return finite[-1] if finite else None
 
 
 class _PodAccumulator:
@@ -200,12 +209,13 @@ class PrometheusSource:
 
     def fit_history(self, start: float, end: float,
                     step: str = "30s") -> dict[DeploymentKey, list[FitSample]]:
-        """Clean (batch, inter-token seconds) windows per deployment from range queries: 4 queries in all.
+        """Clean (batch, inter-token seconds, context) windows per deployment from range queries: 7 in all.
 
         Windows with a preemption are dropped; weights grow with the tokens a window decoded,
         because a window of three tokens says little about the pass time.
         """
         series: dict[str, dict[tuple[str, str, str, float], float]] = {}
+        capacity: dict[tuple[str, str, str], float] = {}
         begin, finish = datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)
         lab = self.labels
         for query in fit_range_queries(step, lab, self.namespace, self.deployment):
@@ -216,8 +226,13 @@ class PrometheusSource:
             points: dict[tuple[str, str, str, float], float] = {}
             for item in result:
                 m = item["metric"]
+                ident = (m.get(lab.namespace, ""), m.get(lab.deployment, ""), m.get(lab.pod, ""))
+                if query.key in ("capacity_tokens", "cache_config"):
+                    capacity_of = _capacity_tokens(query.key, m, item["values"])
+                    if capacity_of is not None:
+                        capacity[ident] = capacity_of
+                    continue
                 for t, v in item["values"]:
-                    ident = (m.get(lab.namespace, ""), m.get(lab.deployment, ""), m.get(lab.pod, ""))
                     points[(*ident, float(t))] = float(v)
             series[query.key] = points
         out: dict[DeploymentKey, list[FitSample]] = defaultdict(list)
@@ -229,5 +244,6 @@ class PrometheusSource:
                 continue
             if preempted is None or preempted > 0 or batch < 1 or itl <= 0:
                 continue
-            out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3]))
+            context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]), batch)
+            out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3], context))
         return dict(out)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from infertune.model.catalog import GpuSpec, ModelProfile
-from infertune.model.fit import LinearFit
 from infertune.model.kv import CapacityAssumptions
+from infertune.model.perf import AnyFit
 from infertune.model.roofline import NapkinAssumptions
 from infertune.model.workload import Workload
 
@@ -60,7 +60,8 @@ class PlanRequest:
     guardrails: Guardrails = Guardrails()
     napkin: NapkinAssumptions = NapkinAssumptions()
     capacity: CapacityAssumptions = CapacityAssumptions()
-    fits: Mapping[int, LinearFit] = field(default_factory=dict)
+    # Per TP: live samples with their contexts, a physics fit, or a measured line (model/perf.py).
+    fits: Mapping[int, AnyFit] = field(default_factory=dict)
     measured_points: Mapping[int, tuple[float, float]] = field(default_factory=dict)
     observed_capacity_tokens: Mapping[int, float] = field(default_factory=dict)
 
