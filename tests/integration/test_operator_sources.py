@@ -124,12 +124,15 @@ async def test_a_resource_reads_its_own_prometheus_with_a_token_from_a_secret(km
         try:
             await post(kmock, _secret("prom-token", token="s3cret"), "v1/secrets")
             doc = resource()
+            # The proxy is plain http on loopback: the resource says explicitly that the token may go there.
             doc["spec"]["metrics"] = {"source": "Prometheus", "prometheus": {
-                "url": proxy.url, "bearerTokenSecretRef": {"name": "prom-token", "key": "token"}}}
+                "url": proxy.url, "bearerTokenSecretRef": {"name": "prom-token", "key": "token"},
+                "allowTokenOverHttp": True}}
             locked_out = resource()
             locked_out["metadata"] |= {"name": "other", "uid": "uid-other"}
             locked_out["spec"]["metrics"] = {"prometheus": {
-                "url": proxy.url, "bearerTokenSecretRef": {"name": "missing-token", "key": "token"}}}
+                "url": proxy.url, "bearerTokenSecretRef": {"name": "missing-token", "key": "token"},
+                "allowTokenOverHttp": True}}
             async with operator(kmock, metrics_window="10s"):
                 await post(kmock, doc, INFD)
                 await post(kmock, locked_out, INFD)

@@ -26,7 +26,9 @@ class MetricsFault(StrEnum):
     DUPLICATE_SERIES = "DuplicateSeries"
     STALE = "StaleSamples"
     NOT_CONFIGURED = "NoMetricsSource"  # no URL in the spec and no operator default
-    CREDENTIALS = "CredentialsUnavailable"  # the token Secret or CA the spec names cannot be read
+    CREDENTIALS = "CredentialsUnavailable"  # the token Secret or CA the spec names cannot be read (or used)
+    NOT_ALLOWED = "SourceNotAllowed"  # the URL is outside the platform's allow-list, or not a URL to use
+    IMPLAUSIBLE = "ImplausibleValue"  # a figure outside its physical range, or a jump not yet corroborated
 
 
 @dataclass(frozen=True)

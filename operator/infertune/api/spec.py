@@ -9,13 +9,14 @@ would make every resource silently override its policy.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN
+from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN, parse_duration
 from infertune.errors import SpecError
 
 GROUP = "infertune.io"
@@ -280,12 +281,54 @@ class Tuning(ApiModel):
         return self
 
 
+# A base URL a tenant may name: http(s), a host, an optional path; no userinfo, query or fragment, so
+# nothing written here can become part of a query (observe/http.py parses it again before any use).
+PROMETHEUS_URL_PATTERN = r"^https?://[^/?#@\s]+(/[^?#\s]*)?$"
+PROMETHEUS_URL_MAX_LENGTH = 2048
+SOURCE_TIMEOUT_MIN, SOURCE_TIMEOUT_MAX = "100ms", "30s"
+
+
 class PrometheusSource(ApiModel):
-    url: str | None = Field(default=None, description="Default: the operator's --prometheus-url.")
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        rule(f"duration(self.timeout) >= duration('{SOURCE_TIMEOUT_MIN}') && "
+             f"duration(self.timeout) <= duration('{SOURCE_TIMEOUT_MAX}')",
+             f"timeout must be between {SOURCE_TIMEOUT_MIN} and {SOURCE_TIMEOUT_MAX}", ".timeout"),
+        rule("!has(self.bearerTokenSecretRef) || !has(self.url) || self.url.startsWith('https://') || "
+             "self.allowTokenOverHttp",
+             "bearerTokenSecretRef with a plain http url sends the token in the clear: use https, or set "
+             "allowTokenOverHttp", ".url"),
+    ]})
+
+    url: str | None = Field(default=None, max_length=PROMETHEUS_URL_MAX_LENGTH,
+                            json_schema_extra={"pattern": PROMETHEUS_URL_PATTERN}, description="Default: the operator's --prometheus-url. http(s)://host[:port][/path], "
+                                        "no user, query or fragment; the platform may restrict it to an allow-list.")
     bearer_token_secret_ref: KeyRef | None = None
     ca_config_map_ref: KeyRef | None = None
     ca_secret_ref: KeyRef | None = None
-    timeout: Duration = "5s"
+    timeout: Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)] = Field(
+        default="5s", description="Deadline of each request (a poll may take twice it), 100ms..30s.")
+    allow_token_over_http: bool = Field(default=False, description=(
+        "Send the bearer token to a plain http url: only on a network you trust."))
+
+    @field_validator("url")
+    @classmethod
+    def _base_url(cls, url: str | None) -> str | None:
+        # The CRD's pattern, with a message that says which rule the URL breaks.
+        if url is not None and not re.fullmatch(PROMETHEUS_URL_PATTERN, url):
+            raise ValueError("must be http(s)://host[:port][/path] with no user, query ('?') or fragment ('#')")
+        return url
+
+    @model_validator(mode="after")
+    def _bounded(self) -> PrometheusSource:
+        seconds = parse_duration(self.timeout, "spec.metrics.prometheus.timeout")
+        if not parse_duration(SOURCE_TIMEOUT_MIN) <= seconds <= parse_duration(SOURCE_TIMEOUT_MAX):
+            raise ValueError(f"spec.metrics.prometheus.timeout: {self.timeout} is outside "
+                             f"{SOURCE_TIMEOUT_MIN}..{SOURCE_TIMEOUT_MAX}")
+        if (self.bearer_token_secret_ref is not None and self.url is not None and not self.url.startswith("https://")
+                and not self.allow_token_over_http):
+            raise ValueError("spec.metrics.prometheus.url: a bearer token would be sent over plain http; use "
+                             "https, or set allowTokenOverHttp: true")
+        return self
 
 
 class Metrics(ApiModel):

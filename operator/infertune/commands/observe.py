@@ -30,7 +30,7 @@ from infertune.observe import (
     observation_to_dict,
     pressure_point,
 )
-from infertune.observe.prometheus import QueryError
+from infertune.observe.http import FetchFailed, source_url
 
 
 def register(sub: Any) -> None:
@@ -70,8 +70,7 @@ def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
     if args.timeout <= 0:
         raise UserError("--timeout must be > 0")
     if args.source == "prometheus":
-        if not args.url or "://" not in args.url:
-            raise UserError("--url: a Prometheus URL like http://prometheus:9090 is required")
+        source_url(args.url or "", "--url")  # one line naming the flag and the rule it breaks
         _seconds(args.window, "--window")
         token = None
         if args.token_file:
@@ -99,7 +98,7 @@ def _fits(source: PrometheusSource | PodsSource, snap: Snapshot, history: float)
         try:
             for key, found in source.fit_history(snap.time - history, snap.time, source.window).items():
                 samples.setdefault(key, []).extend(found)
-        except QueryError:
+        except FetchFailed:
             pass  # the fit is a bonus here; the snapshot already says what is wrong
     out = {}
     for key, found in samples.items():

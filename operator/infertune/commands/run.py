@@ -14,6 +14,7 @@ import structlog
 from infertune.actuate.apply import client_from_environment
 from infertune.controller import OperatorContext, build_registry
 from infertune.errors import UserError
+from infertune.observe.http import AllowList
 
 
 def _configure_logging(level: str) -> None:
@@ -27,6 +28,9 @@ def _configure_logging(level: str) -> None:
 def register(sub: Any) -> None:
     parser = sub.add_parser("run", help="run the operator against the cluster in KUBECONFIG or in-cluster")
     parser.add_argument("--prometheus-url", help="Prometheus for every resource without its own metrics.url")
+    parser.add_argument("--allowed-prometheus-url", action="append", default=[], metavar="URL",
+                        help="a URL prefix resources may name in spec.metrics.prometheus.url; repeat for more "
+                             "(default: any URL)")
     parser.add_argument("--cycle-seconds", type=float, default=30.0, help="tuning timer interval")
     parser.add_argument("--poll-seconds", type=float, default=15.0, help="metrics poll interval")
     parser.add_argument("--metrics-window", default="1m",
@@ -42,13 +46,15 @@ def handle(args: argparse.Namespace) -> int:
     if args.cycle_seconds <= 0 or args.poll_seconds <= 0:
         raise UserError("--cycle-seconds and --poll-seconds must be positive")
     _configure_logging(args.log_level)
+    allowed = AllowList.parse(args.allowed_prometheus_url)
     source = None
     if args.prometheus_url:
         from infertune.observe import PrometheusSource
 
         source = PrometheusSource(args.prometheus_url, window=args.metrics_window)
     ctx = OperatorContext(kube=client_from_environment(), source=source, poll_seconds=args.poll_seconds,
-                          cycle_seconds=args.cycle_seconds, metrics_window=args.metrics_window)
+                          cycle_seconds=args.cycle_seconds, metrics_window=args.metrics_window,
+                          allowed_urls=allowed)
     if args.metrics_port:
         ctx.telemetry.serve(args.metrics_port)
     registry = build_registry(args.cycle_seconds)

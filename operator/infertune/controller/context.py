@@ -15,6 +15,7 @@ from infertune.controller.poller import Poller
 from infertune.controller.reconciler import Reconciler
 from infertune.controller.sources import SourceRegistry
 from infertune.controller.telemetry import Telemetry
+from infertune.observe.http import AllowList
 from infertune.observe.snapshot import MetricsSource
 
 
@@ -28,9 +29,12 @@ class OperatorContext:
     telemetry: Telemetry = field(default_factory=Telemetry)
     metrics_window: str = "1m"
     hub: MetricsHub = field(default_factory=MetricsHub)
+    # Where resources may point the operator (`--allowed-prometheus-url`); empty: anywhere.
+    allowed_urls: AllowList = field(default_factory=AllowList)
 
     def __post_init__(self) -> None:
         self.cluster = KubeCluster(self.kube)
-        self.poller = Poller(self.kube, self.hub, SourceRegistry(self.kube, self.source, self.metrics_window),
+        self.poller = Poller(self.kube, self.hub,
+                             SourceRegistry(self.kube, self.source, self.metrics_window, self.allowed_urls),
                              self.clock, self.poll_seconds)
         self.reconciler = Reconciler(self.cluster, self.hub, self.clock, self.telemetry)

@@ -3,25 +3,36 @@
 Rates are deltas between this poll and the previous one of the same pod, so the first poll of a
 pod has gauges but no rates (None, not zero). A counter that went backwards is a reset (the engine
 restarted): that pod's rates are withheld for the poll and the deployment reports CounterReset.
+Scrapes go through `observe/http.py`: all pods at once (a few in flight), each within one total
+deadline and a size cap, so one slow pod costs its own figures, not the poll.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import requests
+import yarl
 
 from infertune.api.observation import MetricsFault, Observation
 from infertune.errors import UserError
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted
+from infertune.observe.http import MiB, Client, FetchFailed, UrlError, run, source_url
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 from infertune.observe.textformat import PayloadError, Reading, parse_payload
+
+# vLLM's /metrics is ~100 KiB; a payload of this size is not an engine's.
+MAX_PAYLOAD_BYTES = 4 * MiB
+
+
+def pod_metrics_url(address: str, port: int) -> str:
+    """http://<pod IP>:<port>/metrics, built by yarl (an IPv6 address gets its brackets)."""
+    return str(yarl.URL.build(scheme="http", host=address, port=port, path="/metrics"))
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,10 @@ class PodTarget:
         host = url.split("://", 1)[1].split("/", 1)[0]
         if ":" not in host or not host.rsplit(":", 1)[1].isdigit():
             raise UserError(f"target {text!r}: expected host:port with a numeric port")
+        try:
+            url = str(source_url(url, f"target {text!r}"))
+        except UrlError as exc:
+            raise UserError(str(exc)) from None
         return cls(namespace, deployment, pod, url)
 
 
@@ -105,8 +120,7 @@ class PodsSource:
         self.timeout = timeout
         self.stale_after = stale_after
         self.clock = clock
-        self.session = requests.Session()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="infertune-scrape")
+        self.http = Client(timeout=timeout, max_bytes=MAX_PAYLOAD_BYTES, limit=max(1, workers))
         self._previous: dict[tuple[str, str, str], _Scrape] = {}
 
     def set_targets(self, targets: Sequence[PodTarget]) -> None:
@@ -116,36 +130,48 @@ class PodsSource:
         self._previous = {k: v for k, v in self._previous.items() if k in live}
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
-        self.session.close()
+        """Nothing to do from synchronous code: `poll` closes the session it opens, the poller its own."""
 
-    def _fetch(self, target: PodTarget) -> _Scrape:
-        if self.fetch is not None:
-            try:
-                payload = self.fetch(target)
-                reading = payload if isinstance(payload, Reading) else parse_payload(payload)
-                return _Scrape(target, self.clock(), reading=reading)
-            except PayloadError as exc:
-                return _Scrape(target, self.clock(), fault=MetricsFault.MALFORMED,
-                               message=f"{target.pod}: {exc}")
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def _injected(self, target: PodTarget) -> _Scrape:
+        assert self.fetch is not None
         try:
-            resp = self.session.get(target.url, timeout=self.timeout)
-            now = self.clock()
-            if resp.status_code >= 500:
-                return _Scrape(target, now, fault=MetricsFault.SERVER_ERROR,
-                               message=f"{target.pod} answered HTTP {resp.status_code}")
-            if resp.status_code != 200:
-                return _Scrape(target, now, fault=MetricsFault.UNREACHABLE,
-                               message=f"{target.pod} answered HTTP {resp.status_code}")
-            return _Scrape(target, now, reading=parse_payload(resp.text))
-        except requests.exceptions.Timeout:
-            return _Scrape(target, self.clock(), fault=MetricsFault.TIMEOUT,
-                           message=f"{target.pod} did not answer within {self.timeout:g}s")
-        except requests.exceptions.RequestException as exc:
-            return _Scrape(target, self.clock(), fault=MetricsFault.UNREACHABLE,
-                           message=f"cannot reach {target.pod}: {type(exc).__name__}")
+            payload = self.fetch(target)
+            reading = payload if isinstance(payload, Reading) else parse_payload(payload)
+            return _Scrape(target, self.clock(), reading=reading)
         except PayloadError as exc:
             return _Scrape(target, self.clock(), fault=MetricsFault.MALFORMED, message=f"{target.pod}: {exc}")
+
+    async def _scrape(self, target: PodTarget) -> _Scrape:
+        try:
+            body = await self.http.get(yarl.URL(target.url))
+            now = self.clock()
+            # Off the loop: parsing a large payload takes a while, and the loop serves every resource.
+            reading = await asyncio.to_thread(parse_payload, body.decode("utf-8", errors="replace"))
+            return _Scrape(target, now, reading=reading)
+        except FetchFailed as exc:
+            failed = exc.at(target.pod)
+            return _Scrape(target, self.clock(), fault=failed.fault, message=str(failed))
+        except PayloadError as exc:
+            return _Scrape(target, self.clock(), fault=MetricsFault.MALFORMED, message=f"{target.pod}: {exc}")
+
+    def poll(self, expected: Mapping[DeploymentKey, Expected] | None = None,
+             now: float | None = None) -> Snapshot:
+        """The poll from synchronous code: the lab's replay (`fetch`), the observe command, the tests."""
+        if self.fetch is not None:
+            at = self.clock() if now is None else now
+            return self._assemble([self._injected(t) for t in self.targets], expected, at)
+        return run(self.http, lambda: self.poll_async(expected, now))
+
+    async def poll_async(self, expected: Mapping[DeploymentKey, Expected] | None = None,
+                         now: float | None = None) -> Snapshot:
+        at = self.clock() if now is None else now
+        if self.fetch is not None:
+            return self._assemble([self._injected(t) for t in self.targets], expected, at)
+        scrapes = list(await asyncio.gather(*(self._scrape(t) for t in self.targets)))
+        return self._assemble(scrapes, expected, at)
 
     def _figures(self, scrape: _Scrape, copies: int) -> tuple[PodFigures, dict[float, float] | None]:
         reading = scrape.reading
@@ -168,10 +194,8 @@ class PodsSource:
             series_count=copies if not reading.duplicate else max(copies, 2), counter_reset=reset)
         return fig, (buckets if buckets and not reset else None)
 
-    def poll(self, expected: Mapping[DeploymentKey, Expected] | None = None,
-             now: float | None = None) -> Snapshot:
-        at = self.clock() if now is None else now
-        scrapes = list(self._pool.map(self._fetch, self.targets))
+    def _assemble(self, scrapes: list[_Scrape], expected: Mapping[DeploymentKey, Expected] | None,
+                  at: float) -> Snapshot:
         copies: dict[tuple[str, str, str], int] = defaultdict(int)
         for s in scrapes:
             copies[(s.target.namespace, s.target.deployment, s.target.pod)] += 1

@@ -1,84 +1,107 @@
 """The Prometheus source: a fixed batch of instant queries per poll, all evaluated at one instant.
 
 The controller reads the bearer token from a Secret and hands over the string; this module only
-talks HTTP. Retries are off: a poll that fails is reported as a fault and the next poll tries
-again, which is better than a poll that silently takes four timeouts.
+talks HTTP, through `observe/http.py`: each request within one total deadline and a size cap, at most
+a few at a time, URLs built by yarl from a base URL that carries no query. The answer is checked
+against the Prometheus HTTP API's shape before a figure is read from it, and a failure names the
+source and the query, never what the source answered. No retries: a poll that fails is reported as a
+fault and the next poll tries again, which is better than a poll that silently takes four timeouts.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
-import requests
-import urllib3
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from urllib3.util.retry import Retry
+import yarl
 
 from infertune.api.observation import MetricsFault
-from infertune.errors import SourceError
 from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, stream_context
 from infertune.observe.fitmemory import FitSample
+from infertune.observe.http import MiB, Client, FetchFailed, origin, run, source_url
 from infertune.observe.promql import Labels, Query, fit_range_queries, poll_queries
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 
-
-class QueryError(SourceError):
-    """A Prometheus query failed; `fault` says how, in the words a condition uses."""
-
-    def __init__(self, fault: MetricsFault, message: str) -> None:
-        super().__init__(message)
-        self.fault = fault
-
+# The name other modules use for a failed query: the same fault and fixed message as any fetch.
+QueryError = FetchFailed
+# A big fleet's answer to one query is a few MiB (10,000 series of ~300 bytes); more is not Prometheus.
+MAX_ANSWER_BYTES = 16 * MiB
+# Queries in flight per Prometheus: enough that one slow query does not hold the others back.
+CONCURRENT_QUERIES = 4
+# A series count, a capacity or a bucket bound beyond this is not a number a Prometheus would send.
+_MAX_COUNT = 1e9
 
 _RANK = {name: i for i, name in enumerate(KV_USAGE_DIALECTS)}
-_STATUS = re.compile(r"HTTP Status Code (\d+)")
 
 
-def classify(exc: BaseException, url: str) -> QueryError:
-    """Maps a client exception to the fault a user can act on."""
-    if isinstance(exc, QueryError):
-        return exc
-    if isinstance(exc, ValueError):  # requests' JSONDecodeError is a RequestException too: test first
-        return QueryError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
-    # Without retries urllib3's own errors surface unwrapped; NewConnectionError subclasses its
-    # TimeoutError, so it is tested first.
-    if isinstance(exc, urllib3.exceptions.NewConnectionError):
-        return QueryError(MetricsFault.UNREACHABLE, f"cannot reach {url}: connection refused")
-    if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
-        return QueryError(MetricsFault.TIMEOUT, f"{url} did not answer within the timeout")
-    if isinstance(exc, requests.exceptions.RequestException | urllib3.exceptions.HTTPError | OSError):
-        return QueryError(MetricsFault.UNREACHABLE, f"cannot reach {url}: {type(exc).__name__}")
-    if isinstance(exc, PrometheusApiClientException):
-        match = _STATUS.search(str(exc))
-        code = int(match.group(1)) if match else 0
-        if code >= 500:
-            return QueryError(MetricsFault.SERVER_ERROR, f"{url} answered HTTP {code}")
-        if code in (401, 403):
-            return QueryError(MetricsFault.UNREACHABLE, f"{url} answered HTTP {code}: check the token")
-        return QueryError(MetricsFault.MALFORMED, f"{url} rejected the query: HTTP {code}")
-    return QueryError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
+class _Malformed(Exception):
+    """Inside this module only: the answer does not have the API's shape (turned into a fault)."""
+
+
+def _answer(body: bytes, result_type: str) -> list[dict[str, Any]]:
+    """The `data.result` list of a Prometheus API answer, checked item by item."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise _Malformed from None
+    if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data"), dict):
+        raise _Malformed
+    data = doc["data"]
+    result = data.get("result")
+    if data.get("resultType") != result_type or not isinstance(result, list):
+        raise _Malformed
+    field = "value" if result_type == "vector" else "values"
+    for item in result:
+        if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+            raise _Malformed
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in item["metric"].items()):
+            raise _Malformed
+        points = [item.get(field)] if result_type == "vector" else item.get(field)
+        if not isinstance(points, list) or not all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[1], str) for p in points):
+            raise _Malformed
+    return result
+
+
+def _number(text: Any) -> float:
+    """A sample value: Prometheus sends "NaN" and "+Inf" too, which the judge sees as such."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        raise _Malformed from None
 
 
 def _value(item: Mapping[str, Any]) -> float:
-    return float(item["value"][1])  # "NaN" and "+Inf" parse to float too
+    return _number(item["value"][1])
+
+
+def _count(value: float) -> int:
+    if not (math.isfinite(value) and 0 <= value <= _MAX_COUNT):
+        raise _Malformed
+    return int(value)
 
 
 def _capacity_tokens(key: str, metric: Mapping[str, Any], values: list[Any]) -> float | None:
     """A pod's KV pool in tokens from a range series: SGLang's gauge, or vLLM's cache_config_info labels."""
     if key == "cache_config":
-        blocks, size = metric.get("num_gpu_blocks", ""), metric.get("block_size", "")
-        return float(int(blocks) * int(size)) if blocks.isdigit() and size.isdigit() else None
-    finite = [float(v) for _, v in values if math.isfinite(float(v)) and float(v) > 0]
+        return _cache_config(metric)
+    finite = [v for v in (_number(v) for _, v in values) if math.isfinite(v) and 0 < v <= _MAX_COUNT]
     return finite[-1] if finite else None
+
+
+def _cache_config(metric: Mapping[str, Any]) -> float | None:
+    blocks, size = str(metric.get("num_gpu_blocks", "")), str(metric.get("block_size", ""))
+    if not (blocks.isdigit() and size.isdigit() and len(blocks) <= 12 and len(size) <= 6):
+        return None
+    tokens = int(blocks) * int(size)
+    return float(tokens) if 0 < tokens <= _MAX_COUNT else None
 
 
 class _PodAccumulator:
@@ -104,24 +127,24 @@ class _PodAccumulator:
             name = metric.get("__name__", "")
             if dialect_of(name) and (self.dialect is None or _RANK[name] < _RANK.get(self._kv_name, 99)):
                 self.dialect, self._kv_name = dialect_of(name), name
-            self.series_count = max(self.series_count, int(value))
+            self.series_count = max(self.series_count, _count(value))
         elif query.key == "sample_time":
             self.sample_time = value
         elif query.key in ("kv_usage", "running", "waiting"):
             self.gauges[query.key] = value
         elif query.key == "capacity_tokens":
-            if math.isfinite(value):
+            if math.isfinite(value) and 0 < value <= _MAX_COUNT:
                 self.capacity = int(value)
         elif query.key == "cache_config":
-            blocks, size = metric.get("num_gpu_blocks"), metric.get("block_size")
-            if blocks and size and blocks.isdigit() and size.isdigit():
-                self.capacity = int(blocks) * int(size)
+            tokens = _cache_config(metric)
+            if tokens is not None:
+                self.capacity = int(tokens)
         elif query.key == "running_mean":
             self.running_mean = value
         elif query.key == "resets":
             self.reset = value > 0
         elif query.shape == "buckets":
-            self.ttft_buckets[float(metric["le"])] = value
+            self.ttft_buckets[_number(metric.get("le"))] = value
         else:
             self.rates[query.key] = value
 
@@ -134,68 +157,91 @@ class _PodAccumulator:
 
 
 class PrometheusSource:
-    """`MetricsSource` over a Prometheus HTTP API (prometheus-api-client)."""
+    """`MetricsSource` over the Prometheus HTTP API (`/api/v1/query` and `/api/v1/query_range`)."""
 
     name = "prometheus"
 
     def __init__(self, url: str, *, token: str | None = None, ca_path: str | None = None,
                  insecure: bool = False, timeout: float = 10.0, window: str = "1m",
                  stale_after: float = 120.0, labels: Labels | None = None, namespace: str | None = None,
-                 deployment: str | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.url = url.rstrip("/")
+                 deployment: str | None = None, clock: Callable[[], float] = time.time,
+                 allow_token_over_http: bool = False) -> None:
+        """Raises UrlError for a URL the operator will not use, or a token it would send in the clear."""
+        self.base: yarl.URL = source_url(url)
+        self.url = str(self.base).rstrip("/")
+        self.where = origin(self.base)
         self.window = window
         self.stale_after = stale_after
+        self.timeout = timeout
         self.labels = labels = labels or Labels()
         self.namespace = namespace
         self.deployment = deployment
         self.clock = clock
-        session = requests.Session()
-        session.verify = ca_path if ca_path else not insecure
-        headers = {"Authorization": f"Bearer {token}"} if token else None
-        self.client = PrometheusConnect(self.url, headers=headers, session=session, timeout=timeout,
-                                        # False, not 0: with 0 urllib3 wraps a read timeout in a
-                                        # MaxRetryError that requests reports as ConnectionError.
-                                        retry=Retry(total=False))
+        self.http = Client(self.base, token=token, ca_path=ca_path, insecure=insecure, timeout=timeout,
+                           max_bytes=MAX_ANSWER_BYTES, limit=CONCURRENT_QUERIES,
+                           allow_token_over_http=allow_token_over_http)
         self.queries = poll_queries(window, labels, namespace, deployment)
 
     def close(self) -> None:
-        self.client.close()
+        """Nothing to do from synchronous code: `poll` closes the session it opens, and the poller
+        closes its own on its loop with `aclose`."""
 
-    def _query(self, query: Query, at: float) -> list[dict[str, Any]]:
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def _get(self, endpoint: str, params: Mapping[str, str], query: Query, result_type: str
+                   ) -> list[dict[str, Any]]:
+        body = await self.http.get(self.base.joinpath("api", "v1", endpoint), params)
         try:
-            result = self.client.custom_query(query.promql, params={"time": f"{at:.3f}"})
-        except Exception as exc:  # every client failure becomes a fault, never a traceback
-            raise classify(exc, self.url) from exc
-        if not isinstance(result, list) or not all(isinstance(i, dict) and "metric" in i for i in result):
-            raise QueryError(MetricsFault.MALFORMED, f"{self.url}: unexpected answer to {query.key}")
-        return result
+            # Off the loop: a large answer takes a while to parse, and the loop serves every resource.
+            return await asyncio.to_thread(_answer, body, result_type)
+        except _Malformed:
+            raise FetchFailed(MetricsFault.MALFORMED, f"its answer to the {query.key} query is not Prometheus "
+                                                      "API JSON", self.where) from None
 
+    # --- one poll -----------------------------------------------------------------------------
     def poll(self, expected: Mapping[DeploymentKey, Expected] | None = None,
              now: float | None = None) -> Snapshot:
+        """The poll from synchronous code (the observe command, the tests)."""
+        return run(self.http, lambda: self.poll_async(expected, now))
+
+    async def poll_async(self, expected: Mapping[DeploymentKey, Expected] | None = None,
+                         now: float | None = None) -> Snapshot:
+        """Every query at once (a few in flight), each within the timeout; the first failure ends the poll."""
         at = self.clock() if now is None else now
+        params = {"time": f"{at:.3f}"}
+        tasks = [asyncio.ensure_future(self._get("query", {"query": q.promql, **params}, q, "vector"))
+                 for q in self.queries]
+        try:
+            answers = await asyncio.gather(*tasks)
+        except FetchFailed as err:
+            return Snapshot(time=at, queries=sum(t.done() for t in tasks), fault=err.fault, message=str(err),
+                            source=self.name)
+        finally:
+            for task in tasks:
+                task.cancel()
+        try:
+            return await asyncio.to_thread(self._snapshot, answers, expected or {}, at)
+        except _Malformed:
+            return Snapshot(time=at, queries=len(self.queries), fault=MetricsFault.MALFORMED,
+                            message=f"{self.where}: sent series that are not numbers where numbers belong",
+                            source=self.name)
+
+    def _snapshot(self, answers: list[list[dict[str, Any]]], expected: Mapping[DeploymentKey, Expected],
+                  at: float) -> Snapshot:
         pods: dict[DeploymentKey, dict[str, _PodAccumulator]] = defaultdict(dict)
         deployment_buckets: dict[DeploymentKey, dict[float, float]] = defaultdict(dict)
-        issued = 0
         lab = self.labels
-        try:
-            for query in self.queries:
-                issued += 1
-                for item in self._query(query, at):
-                    metric = item["metric"]
-                    key = (metric.get(lab.namespace, ""), metric.get(lab.deployment, ""))
-                    if query.level == "deployment":
-                        deployment_buckets[key][float(metric["le"])] = _value(item)
-                        continue
-                    pod = metric.get(lab.pod, "")
-                    acc = pods[key].setdefault(pod, _PodAccumulator(pod))
-                    acc.absorb(query, item)
-        except QueryError as err:
-            return Snapshot(time=at, queries=issued, fault=err.fault, message=str(err), source=self.name)
-        except (KeyError, ValueError, TypeError, IndexError) as exc:
-            return Snapshot(time=at, queries=issued, fault=MetricsFault.MALFORMED,
-                            message=f"{self.url}: malformed series ({type(exc).__name__}: {exc})",
-                            source=self.name)
-        expected = expected or {}
+        for query, result in zip(self.queries, answers, strict=True):
+            for item in result:
+                metric = item["metric"]
+                key = (metric.get(lab.namespace, ""), metric.get(lab.deployment, ""))
+                if query.level == "deployment":
+                    deployment_buckets[key][_number(metric.get("le"))] = _value(item)
+                    continue
+                pod = metric.get(lab.pod, "")
+                acc = pods[key].setdefault(pod, _PodAccumulator(pod))
+                acc.absorb(query, item)
         keys = set(expected) | {k for k, v in pods.items() if any(a.dialect for a in v.values())}
         observations = {
             key: build_observation(
@@ -205,24 +251,40 @@ class PrometheusSource:
                 expected.get(key), at, self.stale_after, quantiles(deployment_buckets.get(key, {})))
             for key in keys
         }
-        return Snapshot(time=at, observations=observations, queries=issued, source=self.name)
+        return Snapshot(time=at, observations=observations, queries=len(self.queries), source=self.name)
 
+    # --- the fit's history ----------------------------------------------------------------------
     def fit_history(self, start: float, end: float,
                     step: str = "30s") -> dict[DeploymentKey, list[FitSample]]:
+        return run(self.http, lambda: self.fit_history_async(start, end, step))
+
+    async def fit_history_async(self, start: float, end: float,
+                                step: str = "30s") -> dict[DeploymentKey, list[FitSample]]:
         """Clean (batch, inter-token seconds, context) windows per deployment from range queries: 7 in all.
 
         Windows with a preemption are dropped; weights grow with the tokens a window decoded,
-        because a window of three tokens says little about the pass time.
+        because a window of three tokens says little about the pass time. FetchFailed on a failure.
         """
+        queries = fit_range_queries(step, self.labels, self.namespace, self.deployment)
+        params = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": step}
+        tasks = [asyncio.ensure_future(self._get("query_range", {"query": q.promql, **params}, q, "matrix"))
+                 for q in queries]
+        try:
+            answers = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+        try:
+            return await asyncio.to_thread(self._fit_samples, queries, answers)
+        except _Malformed:
+            raise FetchFailed(MetricsFault.MALFORMED, "sent range series that are not numbers", self.where) from None
+
+    def _fit_samples(self, queries: tuple[Query, ...], answers: list[list[dict[str, Any]]]
+                     ) -> dict[DeploymentKey, list[FitSample]]:
         series: dict[str, dict[tuple[str, str, str, float], float]] = {}
         capacity: dict[tuple[str, str, str], float] = {}
-        begin, finish = datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)
         lab = self.labels
-        for query in fit_range_queries(step, lab, self.namespace, self.deployment):
-            try:
-                result = self.client.custom_query_range(query.promql, begin, finish, step)
-            except Exception as exc:
-                raise classify(exc, self.url) from exc
+        for query, result in zip(queries, answers, strict=True):
             points: dict[tuple[str, str, str, float], float] = {}
             for item in result:
                 m = item["metric"]
@@ -233,17 +295,20 @@ class PrometheusSource:
                         capacity[ident] = capacity_of
                     continue
                 for t, v in item["values"]:
-                    points[(*ident, float(t))] = float(v)
+                    points[(*ident, _number(t))] = _number(v)
             series[query.key] = points
         out: dict[DeploymentKey, list[FitSample]] = defaultdict(list)
         for point, itl in series["itl_mean"].items():
             batch = series["running_mean"].get(point)
             tokens = series["tokens"].get(point)
             preempted = series["preemptions"].get(point)
-            if batch is None or tokens is None or not (math.isfinite(itl) and math.isfinite(batch)):
+            if batch is None or tokens is None or not all(map(math.isfinite, (itl, batch, tokens))):
                 continue
-            if preempted is None or preempted > 0 or batch < 1 or itl <= 0:
+            # A window only counts when its figures are physical: a pass within a minute, a batch a
+            # replica can hold, tokens that were decoded.
+            if preempted is None or preempted > 0 or not (1 <= batch <= 1e5 and 0 < itl <= 60 and tokens >= 0):
                 continue
             context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]), batch)
             out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3], context))
         return dict(out)
+

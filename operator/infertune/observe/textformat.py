@@ -76,8 +76,8 @@ def parse_payload(text: str) -> Reading:
     """A /metrics payload read by prometheus_client's parser; `PayloadError` when it is not the format."""
     try:
         families = list(text_string_to_metric_families(text))
-    except Exception as exc:  # the parser raises bare ValueError/IndexError/TypeError on bad lines
-        raise PayloadError(f"not the Prometheus text format: {exc}") from None
+    except Exception:  # the parser raises bare ValueError/IndexError/TypeError on bad lines
+        raise PayloadError("its payload is not the Prometheus text format") from None
     return read_samples((sample.name, sample.labels, sample.value) for family in families for sample in family.samples)
 
 
