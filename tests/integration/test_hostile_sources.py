@@ -249,7 +249,8 @@ def _built(registry: SourceRegistry, spec: SourceSpec) -> Any:
 async def test_a_url_outside_the_allow_list_is_never_queried() -> None:
     async with Hostile(slow(0)) as outside, Hostile(slow(0)) as inside:
         registry = SourceRegistry(None, allowed=AllowList.parse([inside.url + "/"]))  # type: ignore[arg-type]
-        hub = _hub({("a", "x"): SourceSpec("Prometheus", outside.url), ("b", "y"): SourceSpec("Prometheus", inside.url)})
+        hub = _hub({("a", "x"): SourceSpec("Prometheus", outside.url),
+                    ("b", "y"): SourceSpec("Prometheus", inside.url)})
         await Poller(None, hub, registry, time.time).poll_once()  # type: ignore[arg-type]
         await registry.aclose()
         assert outside.requests == [] and inside.requests

@@ -299,9 +299,10 @@ class PrometheusSource(ApiModel):
              "allowTokenOverHttp", ".url"),
     ]})
 
-    url: str | None = Field(default=None, max_length=PROMETHEUS_URL_MAX_LENGTH,
-                            json_schema_extra={"pattern": PROMETHEUS_URL_PATTERN}, description="Default: the operator's --prometheus-url. http(s)://host[:port][/path], "
-                                        "no user, query or fragment; the platform may restrict it to an allow-list.")
+    url: str | None = Field(
+        default=None, max_length=PROMETHEUS_URL_MAX_LENGTH, json_schema_extra={"pattern": PROMETHEUS_URL_PATTERN},
+        description="Default: the operator's --prometheus-url. http(s)://host[:port][/path], no user, query or "
+                    "fragment; the platform may restrict it to an allow-list.")
     bearer_token_secret_ref: KeyRef | None = None
     ca_config_map_ref: KeyRef | None = None
     ca_secret_ref: KeyRef | None = None

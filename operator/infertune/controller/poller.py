@@ -13,6 +13,7 @@ no thread is left waiting on a peer and shutdown never waits for one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -189,10 +190,8 @@ async def in_daemon_thread(work: Callable[..., _T], *args: Any) -> _T:
             error: BaseException | None = None
         except BaseException as exc:  # handed to the awaiting task as it is
             result, error = None, exc
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits any more
             loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
-            pass
 
     threading.Thread(target=target, name="infertune-poll", daemon=True).start()
     return await future

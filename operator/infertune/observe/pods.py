@@ -21,7 +21,7 @@ import yarl
 from infertune.api.observation import MetricsFault, Observation
 from infertune.errors import UserError
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted
-from infertune.observe.http import MiB, Client, FetchFailed, UrlError, run, source_url
+from infertune.observe.http import Client, FetchFailed, MiB, UrlError, run, source_url
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 from infertune.observe.textformat import PayloadError, Reading, parse_payload

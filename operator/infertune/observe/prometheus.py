@@ -24,7 +24,7 @@ from infertune.api.observation import MetricsFault
 from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, stream_context
 from infertune.observe.fitmemory import FitSample
-from infertune.observe.http import MiB, Client, FetchFailed, origin, run, source_url
+from infertune.observe.http import Client, FetchFailed, MiB, origin, run, source_url
 from infertune.observe.promql import Labels, Query, fit_range_queries, poll_queries
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
