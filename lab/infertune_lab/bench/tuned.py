@@ -221,5 +221,6 @@ class Infertune:
         self._source.set_targets([PodTarget(namespace, name, r.name, f"http://{r.name}:8000/metrics") for r in ready])
         routes = self.hub.by_source()
         for source, keys in routes.items():
-            expected = {key: Expected(frozenset(r.name for r in ready), len(ready)) for key in keys}
+            names = frozenset(r.name for r in ready)
+            expected = {key: self.hub.expected.get(key, Expected()).ready(names) for key in keys}
             self.hub.ingest(source, self._source.poll(expected, EPOCH + self._now), keys, poll_samples=True)

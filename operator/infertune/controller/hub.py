@@ -1,6 +1,7 @@
 """What the reconciler knows of every resource's metrics: each source's newest snapshot, the KV
 pressure and request-shape history behind the cliff warning and the planner's workload, the
-replicas expected to report, and the fit samples waiting for the next cycle.
+replicas expected to report, and the fit samples waiting for the next cycle. A jump in demand is
+held as ImplausibleValue until the next poll confirms it (observe/plausible.py `JumpGuard`).
 
 No I/O: a poller feeds it (the operator's, `controller/poller.py`, or the lab's, in virtual time)
 and the reconciler reads it. So the operator and the benchmark judge the same figures the same way.
@@ -8,6 +9,7 @@ and the reconciler reads it. So the operator and the benchmark judge the same fi
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from infertune.model.early_warning import CliffWarning, WarningPolicy
 from infertune.observe.figures import Expected
 from infertune.observe.fitmemory import FitSample
 from infertune.observe.history import PressureHistory
+from infertune.observe.plausible import JumpGuard
 from infertune.observe.snapshot import Snapshot
 
 Key = tuple[str, str]
@@ -32,6 +35,7 @@ class MetricsHub:
     snapshots: dict[SourceSpec, Snapshot] = field(default_factory=dict)
     expected: dict[Key, Expected] = field(default_factory=dict)
     fit_backlog: dict[Key, list[FitSample]] = field(default_factory=dict)
+    jumps: JumpGuard = field(default_factory=JumpGuard)
 
     # --- what the reconciler tells it --------------------------------------------------------
     def route(self, key: Key, route: Route) -> None:
@@ -45,6 +49,7 @@ class MetricsHub:
         for store in (self.routes, self.expected, self.fit_backlog):
             store.pop(key, None)
         self.history.forget(key)
+        self.jumps.forget(key)
 
     # --- what a poller gives it --------------------------------------------------------------
     def by_source(self) -> dict[SourceSpec, dict[Key, Route]]:
@@ -58,6 +63,9 @@ class MetricsHub:
                poll_samples: bool = False) -> None:
         """Keeps `snapshot` as `source`'s newest and records its history. With `poll_samples`
         (sources with no range queries: the pods), each observation's fit samples are queued."""
+        judged = {key: self.jumps.judge(key, obs) if key in self.routes else obs
+                  for key, obs in snapshot.observations.items()}
+        snapshot = dataclasses.replace(snapshot, observations=judged)
         self.snapshots[source] = snapshot
         self.history.record(snapshot)
         if not poll_samples or not snapshot.available:

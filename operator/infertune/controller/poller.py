@@ -129,7 +129,7 @@ class Poller:
             ready: dict[Key, set[str]] = defaultdict(set)
             for target in targets:
                 ready[target.key].add(target.pod)
-            expected = {key: Expected(frozenset(ready[key]), len(ready[key])) for key in routes}
+            expected = {key: expected[key].ready(frozenset(ready[key])) for key in routes}
         deadline = poll_deadline(spec)
         try:
             async with asyncio.timeout(deadline):

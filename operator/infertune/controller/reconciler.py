@@ -40,8 +40,9 @@ from infertune.controller.status import WorkloadState, applied_status, iso, layo
 from infertune.controller.telemetry import Telemetry
 from infertune.errors import SpecError, StatusError
 from infertune.model.early_warning import CliffWarning
-from infertune.observe.figures import Expected
+from infertune.observe.figures import Expected, ReplicaLimits
 from infertune.observe.fitmemory import FitMemory, FitSample
+from infertune.observe.plausible import replica_limits
 from infertune.planner.request import Resolved, pinned, resolve, starting_layout
 from infertune.planner.types import Layout
 
@@ -206,7 +207,7 @@ class Reconciler:
             changed = self.cluster.apply(desired_objects(resource.owner, resolved.spec, layout, gpus_per_node))
             if changed:
                 workload = self.cluster.workload(resource.key, workload_kind(layout, gpus_per_node))
-        self.metrics.expect(resource.key, _expected(workload))
+        self.metrics.expect(resource.key, _expected(workload, _limits(resolved, layout)))
         conditions = merge_conditions(_conditions(resource, now), [
             ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value, "the spec is valid"),
             ready_condition(None if changed else workload, applied=True),
@@ -244,7 +245,8 @@ class Reconciler:
         gpus_per_node = resolved.gpu.gpus_per_node
         workload = self._workload(resource, resolved)
         running = self._running(resource, workload)
-        self.metrics.expect(key, _expected(workload))
+        limits = _limits(resolved, running)
+        self.metrics.expect(key, _expected(workload, limits))
         obs = self.metrics.observation(key)
         warning = self.metrics.warning(key, obs, resolved.request.kv_headroom, now)
         memory = self._fit_memory(resource)
@@ -261,7 +263,8 @@ class Reconciler:
                                        memory.to_status()))
         if outcome.apply is not None:
             self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node))
-            self.metrics.expect(key, _expected(workload).after_scaling_to(outcome.apply.replicas))
+            self.metrics.expect(key, _expected(workload, _limits(resolved, outcome.apply, running)).after_scaling_to(
+                outcome.apply.replicas))
         report.status(outcome.status)
         self.telemetry.record(resource.namespace, resource.name, outcome, obs, now, warning)
         for kind, reason, message in outcome.events:
@@ -330,9 +333,20 @@ def _differs(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(current.get(k) != v for k, v in new.items())
 
 
-def _expected(workload: WorkloadState | None) -> Expected:
+def _expected(workload: WorkloadState | None, limits: ReplicaLimits) -> Expected:
     """Only ready replicas are expected to report: a loading replica is not a missing one."""
-    return Expected(replicas=workload.ready) if workload is not None and workload.current else Expected()
+    ready = workload.ready if workload is not None and workload.current else None
+    return Expected(replicas=ready, limits=limits)
+
+
+def _limits(resolved: Resolved, *layouts: Layout | None) -> ReplicaLimits:
+    """What a replica may report: at the fastest TP and the most streams of any layout it may run
+    (the allowed ones, and those running now, old pods of a rollout included)."""
+    shown = [layout for layout in layouts if layout is not None]
+    req = resolved.request
+    tps = {*req.tp_sizes, *(layout.tensor_parallel_size for layout in shown)}
+    seqs = max([req.concurrency_max, *(layout.max_num_seqs for layout in shown)])
+    return replica_limits(resolved.model, resolved.gpu, tps, seqs)
 
 
 def _timestamp(text: Any) -> float:

@@ -3,11 +3,16 @@
 Both sources reduce what they read to `PodFigures` (gauges, per-second rates over the window,
 TTFT quantiles), so the aggregation and the fault rules below are shared and the two sources
 agree by construction. A figure that was not measured is absent from the mappings, never zero.
+Every figure is checked against its physical range (`implausible`): KV use in [0, 1], rates and
+counts non-negative, running streams within max-num-seqs, request and token rates within what a
+replica of the model could serve (`ReplicaLimits`, from the layout: observe/plausible.py). A figure
+outside it is an `ImplausibleValue` fault, never a number the planner sizes from.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -18,11 +23,26 @@ DeploymentKey = tuple[str, str]  # (namespace, deployment)
 
 
 @dataclass(frozen=True)
+class ReplicaLimits:
+    """What one replica can physically do, per second (None: bounded only by the fixed ranges)."""
+
+    running: float | None = None  # streams at once: the largest max-num-seqs it may run
+    requests: float | None = None  # requests started or finished
+    tokens: float | None = None  # tokens decoded (speculative decoding included), or preemptions
+
+
+@dataclass(frozen=True)
 class Expected:
-    """What the controller knows should be serving: the ready pods, or at least how many."""
+    """What the controller knows should be serving: the ready pods, or at least how many, and what
+    each can physically report."""
 
     pods: frozenset[str] | None = None
     replicas: int | None = None
+    limits: ReplicaLimits = ReplicaLimits()
+
+    def ready(self, pods: frozenset[str]) -> Expected:
+        """These pods, and no others, are ready and should report (the limits stay)."""
+        return Expected(pods, len(pods), self.limits)
 
     def after_scaling_to(self, replicas: int) -> Expected:
         """What may still be expected to report once the workload is told to run `replicas`.
@@ -33,8 +53,8 @@ class Expected:
         poll as PartialReplicas and cost the loop a cycle on data it could trust.
         """
         if self.replicas is None:
-            return Expected()
-        return Expected(replicas=min(self.replicas, replicas))
+            return Expected(limits=self.limits)
+        return Expected(replicas=min(self.replicas, replicas), limits=self.limits)
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,16 @@ class PodFigures:
     capacity_tokens: int | None = None
     series_count: int = 1  # >1: the pod was scraped twice
     counter_reset: bool = False
+
+
+# A pod's name as Kubernetes allows it (DNS-1123 subdomain). A source names pods in its label values;
+# anything else it calls a pod is not repeated into a condition.
+_POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def shown(pod: str) -> str:
+    """How a message names a pod a source reported: its name, or a placeholder if that is no pod name."""
+    return pod if _POD_NAME.fullmatch(pod) else "(a series with an invalid pod name)"
 
 
 def _finite(value: float | None) -> float | None:
@@ -163,18 +193,62 @@ class Judgement:
     message: str
 
 
+# Ranges no engine reading leaves, whatever the layout: a pool is at most full, nothing counts
+# backwards, a queue or a pool of a billion is no replica's, a first token does not take a day.
+KV_USAGE_MAX = 1.0 + 1e-6
+ANY_COUNT_MAX = 1e9
+TTFT_MAX_SECONDS = 86_400.0
+ITL_MAX_SECONDS = 60.0
+_REQUEST_RATES = ("ttft_count", "completions", "prompt_length_count", "generation_length_count")
+_TOKEN_RATES = ("generation_tokens", "itl_count", "preemptions")
+
+
+def _outside(value: float, high: float) -> bool:
+    return not 0.0 <= value <= high
+
+
+def implausible(fig: PodFigures, limits: ReplicaLimits) -> str | None:
+    """The first figure of `fig` outside its physical range, as a sentence; None when all are inside."""
+    def said(figure: str, value: float, high: float) -> str:
+        return (f"pod {shown(fig.pod)} reports {figure} = {value:.4g}, outside its physical range "
+                f"0..{high:.4g}; not believed")
+
+    for gauge, high in (("kv_usage", KV_USAGE_MAX), ("running", limits.running or ANY_COUNT_MAX),
+                        ("waiting", ANY_COUNT_MAX)):
+        value = fig.gauges.get(gauge)
+        if value is not None and math.isfinite(value) and _outside(value, high):
+            return said(gauge, value, high)
+    if fig.running_mean is not None and math.isfinite(fig.running_mean) and _outside(
+            fig.running_mean, limits.running or ANY_COUNT_MAX):
+        return said("mean running streams", fig.running_mean, limits.running or ANY_COUNT_MAX)
+    for name, rate in sorted(fig.rates.items()):
+        bound = (limits.requests if name in _REQUEST_RATES else limits.tokens if name in _TOKEN_RATES else None)
+        if _outside(rate, bound or ANY_COUNT_MAX):
+            return said(f"{name} per second", rate, bound or ANY_COUNT_MAX)
+    itl = _ratio(_rate(fig, "itl_sum"), _rate(fig, "itl_count"))
+    if itl is not None and itl > ITL_MAX_SECONDS:
+        return said("inter-token seconds", itl, ITL_MAX_SECONDS)
+    hits, queries = _rate(fig, "prefix_hits"), _rate(fig, "prefix_queries")
+    if hits is not None and queries is not None and hits > queries * 1.01 + 1.0:
+        return f"pod {shown(fig.pod)} reports more prefix-cache hits than queries; not believed"
+    for quantile, seconds in fig.ttft.items():
+        if math.isfinite(seconds) and _outside(seconds, TTFT_MAX_SECONDS):
+            return said(f"TTFT p{quantile * 100:g}", seconds, TTFT_MAX_SECONDS)
+    return None
+
+
 def judge(key: DeploymentKey, figs: Sequence[PodFigures], expected: Expected | None, now: float,
           stale_after: float) -> Judgement:
     """The first fault that makes this deployment's figures untrustworthy, or OK."""
     ns, name = key
     if not figs:
         return Judgement(MetricsFault.EMPTY, f"no series for {ns}/{name}")
-    dup = sorted(f.pod for f in figs if f.series_count > 1)
+    dup = sorted(shown(f.pod) for f in figs if f.series_count > 1)
     if dup:
-        return Judgement(MetricsFault.DUPLICATE_SERIES, f"pod {', '.join(dup)} scraped more than once")
+        return Judgement(MetricsFault.DUPLICATE_SERIES, f"pod {', '.join(dup[:5])} scraped more than once")
     seen = {f.pod for f in figs}
     if expected is not None and expected.pods is not None and not expected.pods <= seen:
-        missing = sorted(expected.pods - seen)
+        missing = sorted(shown(p) for p in expected.pods - seen)
         return Judgement(MetricsFault.PARTIAL,
                          f"{len(missing)} of {len(expected.pods)} pods missing: {', '.join(missing[:5])}")
     if expected is not None and expected.replicas is not None and len(seen) < expected.replicas:
@@ -183,13 +257,22 @@ def judge(key: DeploymentKey, figs: Sequence[PodFigures], expected: Expected | N
         for gauge in REQUIRED_GAUGES:
             value = fig.gauges.get(gauge)
             if value is None:
-                return Judgement(MetricsFault.EMPTY, f"pod {fig.pod} has no {gauge} series")
+                return Judgement(MetricsFault.EMPTY, f"pod {shown(fig.pod)} has no {gauge} series")
             if not math.isfinite(value):
-                return Judgement(MetricsFault.NOT_A_NUMBER, f"pod {fig.pod} reports {gauge} = {value}")
-    reset = sorted(f.pod for f in figs if f.counter_reset)
+                return Judgement(MetricsFault.NOT_A_NUMBER, f"pod {shown(fig.pod)} reports {gauge} = {value}")
+        for rate_name, rate in sorted(fig.rates.items()):
+            if not math.isfinite(rate):
+                return Judgement(MetricsFault.NOT_A_NUMBER, f"pod {shown(fig.pod)} reports {rate_name} per second "
+                                                            f"= {rate}")
+    limits = expected.limits if expected is not None else ReplicaLimits()
+    for fig in sorted(figs, key=lambda f: f.pod):
+        why = implausible(fig, limits)
+        if why is not None:
+            return Judgement(MetricsFault.IMPLAUSIBLE, why)
+    reset = sorted(shown(f.pod) for f in figs if f.counter_reset)
     if reset:
         return Judgement(MetricsFault.COUNTER_RESET,
-                         f"counters reset in the window on pod {', '.join(reset)} (restart?)")
+                         f"counters reset in the window on pod {', '.join(reset[:5])} (restart?)")
     times = [f.sample_time for f in figs if f.sample_time is not None]
     if times and now - min(times) > stale_after:
         age = now - min(times)

@@ -229,7 +229,7 @@ class PodsSource:
                 for le, v in buckets.items():
                     merged[le] += v
         pods = {s.target.pod for s in scrapes} | set(expected.pods if expected and expected.pods else ())
-        want = Expected(pods=frozenset(pods), replicas=expected.replicas if expected else None)
+        want = dataclasses.replace(expected or Expected(), pods=frozenset(pods))
         obs = build_observation(key, figs, want, at, self.stale_after, quantiles(merged) if complete else {})
         if failed and obs.fault is MetricsFault.PARTIAL:
             why = "; ".join(s.message for s in failed[:3])

@@ -1,0 +1,105 @@
+"""What a reading may physically be, and when a jump in demand is believed. Pure: no I/O, no clock.
+
+`replica_limits` bounds what one replica of a model on a GPU can report, from physics alone: a pass
+reads at least the active weights once, at no more than the HBM bandwidth of the TP group, so no
+replica runs more than max-num-seqs streams, decodes more than one token per stream per pass
+(speculative decoding: a few), or starts more requests than it has streams per pass. Readings past
+that are not believed (observe/figures.py `implausible`); the margins are wide on purpose, because
+a wrong limit would hold a healthy fleet, while the readings they catch (10^9 req/s, 1e308) are not
+near any fleet.
+
+`JumpGuard` asks for corroboration: demand that moves by more than `factor` from one poll to the next
+is held as `ImplausibleValue` until the next reading confirms it, so one bad scrape never scales a
+fleet from 1 to its maximum. A real surge costs one poll interval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from infertune.api.observation import MetricsFault, Observation
+from infertune.model.catalog import GpuSpec, ModelProfile
+from infertune.observe.figures import DeploymentKey, ReplicaLimits
+from infertune.planner.plan import BACKLOG_DRAIN_SECONDS
+
+# Tokens one stream may gain per pass with speculative decoding: vLLM's n-gram and EAGLE drafts
+# propose up to a handful; this is well above any configuration seen.
+DRAFT_TOKENS_PER_PASS = 16
+# The requests a stream may finish in one pass: one (a request needs at least one pass to produce
+# its first token); doubled as a margin for windows that end mid-pass.
+REQUEST_MARGIN = 2.0
+
+
+def pass_floor_seconds(model: ModelProfile, gpu: GpuSpec, tp: int) -> float:
+    """The shortest a decode pass can physically be at TP `tp`: every active weight read once at the
+    full HBM bandwidth of the group, nothing else."""
+    active_bytes = model.active_params * model.weight_bytes_per_param
+    return active_bytes / (max(tp, 1) * gpu.hbm_bandwidth)
+
+
+def replica_limits(model: ModelProfile, gpu: GpuSpec, tp_sizes: Iterable[int], max_num_seqs: int) -> ReplicaLimits:
+    """What one replica can report per second at the fastest allowed TP with `max_num_seqs` streams."""
+    floor = min(pass_floor_seconds(model, gpu, tp) for tp in tuple(tp_sizes) or (1,))
+    if not (math.isfinite(floor) and floor > 0):
+        return ReplicaLimits(running=float(max_num_seqs))
+    passes = 1.0 / floor
+    return ReplicaLimits(running=float(max_num_seqs), requests=REQUEST_MARGIN * max_num_seqs * passes,
+                         tokens=DRAFT_TOKENS_PER_PASS * max_num_seqs * passes)
+
+
+def demand(obs: Observation) -> float | None:
+    """Requests/s the fleet is asked for, as the planner reads it (planner/plan.py `observed_demand`):
+    first tokens, plus the queue as the rate that drains it."""
+    if obs.arrival_rate is None:
+        return None
+    return max(obs.arrival_rate, 0.0) + max(obs.waiting or 0.0, 0.0) / BACKLOG_DRAIN_SECONDS
+
+
+def _jumped(before: float, after: float, factor: float, floor: float) -> bool:
+    """More than `factor` apart, counting anything under `floor` as `floor` (0.1 -> 2 req/s is no jump)."""
+    low, high = sorted((max(before, floor), max(after, floor)))
+    return high > factor * low
+
+
+@dataclass
+class JumpGuard:
+    """Per deployment: the last trusted demand, and a jump waiting for its confirmation."""
+
+    factor: float = 4.0  # a change larger than this, either way, is a jump
+    confirm_factor: float = 2.0  # the confirming reading must be this close to the jump
+    floor: float = 1.0  # req/s: changes among smaller figures are not jumps
+    memory_seconds: float = 300.0  # an older trusted figure is no reference
+    _trusted: dict[DeploymentKey, tuple[float, float]] = field(default_factory=dict)
+    _pending: dict[DeploymentKey, tuple[float, float]] = field(default_factory=dict)
+
+    def judge(self, key: DeploymentKey, obs: Observation) -> Observation:
+        """`obs` as it is, or held as ImplausibleValue when its demand jumped and nothing confirms it."""
+        now = demand(obs) if obs.available else None
+        if now is None:
+            return obs
+        at = obs.sample_time
+        trusted = self._trusted.get(key)
+        if trusted is None or at - trusted[0] > self.memory_seconds or not _jumped(trusted[1], now, self.factor,
+                                                                                    self.floor):
+            return self._trust(key, at, now, obs)
+        pending = self._pending.get(key)
+        if pending is not None and pending[0] < at and not _jumped(pending[1], now, self.confirm_factor, self.floor):
+            return self._trust(key, at, now, obs)  # the jump was seen twice: it is real
+        if pending is None or pending[0] < at:
+            self._pending[key] = (at, now)
+        return dataclasses.replace(
+            obs, available=False, fault=MetricsFault.IMPLAUSIBLE,
+            message=f"demand jumped from {trusted[1]:.3g} to {now:.3g} req/s in one poll; held until the next "
+                    "poll confirms it")
+
+    def _trust(self, key: DeploymentKey, at: float, now: float, obs: Observation) -> Observation:
+        self._trusted[key] = (at, now)
+        self._pending.pop(key, None)
+        return obs
+
+    def forget(self, key: DeploymentKey) -> None:
+        self._trusted.pop(key, None)
+        self._pending.pop(key, None)

@@ -1,0 +1,148 @@
+"""Implausible readings never move a replica and never crash a cycle: the real pods source reads each
+engine payload (vLLM's text format), the hub judges it with the limits the reconciler derived from
+the running layout, and the reconciler's cycle runs on fake time with in-memory ports."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from infertune.api.observation import MetricsFault, Observation
+from infertune.model import load_gpu, load_model
+from infertune.observe import PodsSource, PodTarget
+from infertune.observe.figures import Expected
+from infertune.observe.plausible import JumpGuard, pass_floor_seconds, replica_limits
+from tests.prometheus_fixture import EnginePayload
+from tests.unit.test_reconciler import KEY, World
+
+POLL = 15.0
+
+
+class Fleet:
+    """The resource's replicas as engines would print them, scraped by the operator's own pods source."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        running = world.running()
+        assert running is not None
+        self.payloads = {f"kimi-k2-{i}": EnginePayload(running=4, kv_usage=0.4) for i in range(running.replicas)}
+        self.source = PodsSource([], clock=world.clock, fetch=lambda t: self.payloads[t.pod].text())
+        self.source.set_targets([PodTarget(*KEY, pod, f"http://{pod}:8000/metrics") for pod in self.payloads])
+
+    def poll(self) -> Observation | None:
+        hub = self.world.hub
+        spec = hub.routes[KEY].source
+        expected = {KEY: hub.expected.get(KEY, Expected()).ready(frozenset(self.payloads))}
+        hub.ingest(spec, self.source.poll(expected, self.world.clock.now), {KEY: hub.routes[KEY]},
+                   poll_samples=True)
+        return hub.observation(KEY)
+
+    def serve(self, seconds: float = POLL, **traffic: Any) -> Observation | None:
+        """Every replica serves `traffic` (EnginePayload.advance) for `seconds`, then the operator polls."""
+        self.world.clock.now += seconds
+        for payload in self.payloads.values():
+            payload.advance(seconds, **traffic)
+        return self.poll()
+
+
+def _settled(world: World) -> Fleet:
+    world.converge()
+    fleet = Fleet(world)
+    fleet.poll()
+    fleet.serve(rps=0.05)
+    return fleet
+
+
+@pytest.mark.parametrize("reading", [
+    pytest.param({"kv_usage": 5.0}, id="kv-use-500%"),
+    pytest.param({"kv_usage": -0.2}, id="kv-use-negative"),
+    pytest.param({"running": 1e6}, id="more-running-than-max-num-seqs"),
+    pytest.param({"waiting": 1e308}, id="queue-1e308"),
+    pytest.param({"waiting": -3.0}, id="queue-negative"),
+])
+def test_an_impossible_gauge_is_a_fault_that_holds(reading: dict[str, float]) -> None:
+    world = World()
+    fleet = _settled(world)
+    before = world.running()
+    for payload in fleet.payloads.values():
+        for name, value in reading.items():
+            setattr(payload, name, value)
+    obs = fleet.serve(rps=0.05)
+    assert obs is not None and obs.fault is MetricsFault.IMPLAUSIBLE and not obs.available
+    outcome = world.tune()
+    assert outcome is not None and outcome.apply is None and world.running() == before
+    metrics = world.condition("MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("False", "ImplausibleValue")
+    assert world.condition("CacheHeadroom")["reason"] != "PastCliff"
+    assert "requestsPerSecond" not in world.report.current["observed"]
+
+
+@pytest.mark.parametrize("rps", [1e9, 1e308])
+def test_a_request_rate_no_fleet_could_serve_never_scales(rps: float) -> None:
+    world = World()
+    fleet = _settled(world)
+    before = world.running()
+    for _ in range(3):  # however often it is repeated
+        obs = fleet.serve(rps=rps)
+        assert obs is not None and not obs.available
+        assert obs.fault in (MetricsFault.IMPLAUSIBLE, MetricsFault.NOT_A_NUMBER)
+        outcome = world.tune(after=0.0)
+        assert outcome is None or outcome.apply is None
+        assert world.running() == before
+    assert world.report.current["applied"]["replicas"] == before.replicas
+    assert world.condition("Ready")["reason"] != "FirstVisit"
+
+
+def test_a_counter_that_runs_backwards_is_never_a_negative_rate() -> None:
+    world = World()
+    fleet = _settled(world)
+    for payload in fleet.payloads.values():
+        payload.successes = -1e6
+        payload.prompt_tokens = -5.0
+    obs = fleet.serve(rps=0.05)
+    assert obs is not None and not obs.available  # a reset, not a negative rate
+    world.tune()
+    observed = world.report.current["observed"]
+    assert all(v >= 0 for v in observed.values() if isinstance(v, float))
+
+
+def test_a_jump_in_demand_waits_for_the_next_poll_and_a_real_surge_then_scales() -> None:
+    world = World()
+    fleet = _settled(world)
+    before = world.running()
+    assert before is not None
+    obs = fleet.serve(rps=6.0)  # from 0.05 req/s
+    assert obs is not None and obs.fault is MetricsFault.IMPLAUSIBLE and "jumped" in obs.message
+    outcome = world.tune(after=0.0)
+    assert outcome is not None and outcome.apply is None and world.running() == before
+    obs = fleet.serve(rps=6.0)  # the next poll sees the same demand: corroborated
+    assert obs is not None and obs.available
+    outcome = world.tune(after=30.0)
+    assert outcome is not None and outcome.apply is not None
+    assert world.running().replicas > before.replicas  # type: ignore[union-attr]
+
+
+def test_one_bad_scrape_between_good_ones_is_never_acted_on() -> None:
+    guard = JumpGuard()
+    calm = Observation(*KEY, sample_time=0.0, available=True, arrival_rate=2.0, waiting=0.0)
+    spike = Observation(*KEY, sample_time=15.0, available=True, arrival_rate=2e4, waiting=0.0)
+    back = Observation(*KEY, sample_time=30.0, available=True, arrival_rate=2.2, waiting=0.0)
+    assert guard.judge(KEY, calm).available
+    assert guard.judge(KEY, spike).fault is MetricsFault.IMPLAUSIBLE
+    assert guard.judge(KEY, spike).fault is MetricsFault.IMPLAUSIBLE  # the same sample read again confirms nothing
+    assert guard.judge(KEY, back).available
+    assert not guard.judge(KEY, Observation(*KEY, sample_time=45.0, available=True, arrival_rate=2e4)).available
+
+
+def test_the_limits_follow_the_physics_of_the_layout() -> None:
+    kimi, llama, b200 = load_model("kimi-k2.6"), load_model("llama-3.1-8b"), load_gpu("b200")
+    # A bigger model and a smaller TP make the shortest pass longer.
+    assert pass_floor_seconds(kimi, b200, 8) > pass_floor_seconds(llama, b200, 8)
+    assert pass_floor_seconds(kimi, b200, 4) == pytest.approx(2 * pass_floor_seconds(kimi, b200, 8))
+    small, large = replica_limits(kimi, b200, (4,), 64), replica_limits(kimi, b200, (8,), 256)
+    assert small.running == 64 and large.running == 256
+    assert small.requests is not None and large.requests is not None and small.tokens is not None
+    assert 0 < small.requests < large.requests < 1e9 and small.tokens > small.requests
+    assert all(math.isfinite(x) for x in (small.requests, small.tokens))
