@@ -18,6 +18,21 @@ class SpecError(InfertuneError):
     """A resource that cannot be acted on as written; the message starts with the field's path."""
 
 
+class PendingError(InfertuneError):
+    """Something the resource names does not exist yet (its ServingPolicy, its model ConfigMap): a
+    temporary condition, retried until it appears, never a permanent failure. `reason` is the
+    condition reason that says what is awaited."""
+
+    def __init__(self, message: str, reason: str = "Pending") -> None:
+        super().__init__(message)
+        self.reason = str(reason)
+
+
+class OwnershipError(InfertuneError):
+    """An object the resource would own exists and was not created for it: it is never adopted
+    silently; the message names the object and its owner, and the resource waits for it to go."""
+
+
 class ApiError(InfertuneError):
     """A call to the Kubernetes API server failed. Status 0: the server was not reached."""
 

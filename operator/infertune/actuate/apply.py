@@ -1,5 +1,9 @@
 """Server-side apply of whole objects (field manager `infertune`, force), and the few reads the
-operator needs, over the official kubernetes client. Blocking: callers run it off the event loop."""
+operator needs, over the official kubernetes client. Blocking: callers run it off the event loop.
+
+Force is safe only on objects that are ours: `ownership_conflict` says when a live object of the same
+name was not created for this resource (its controller owner is someone else, or nobody), and the
+Cluster ports then apply nothing at all (controller/kube.py, controller/memory.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +21,27 @@ _PLURALS = {"Deployment": "deployments", "Service": "services", "LeaderWorkerSet
             "ConfigMap": "configmaps", "Secret": "secrets", "InferenceDeployment": "inferencedeployments",
             "ServingPolicy": "servingpolicies", "Pod": "pods"}
 Obj = dict[str, Any]
+
+
+def _controller(obj: Obj) -> Obj | None:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return next((r for r in refs if isinstance(r, dict) and r.get("controller")), None)
+
+
+def ownership_conflict(live: Obj | None, desired: Obj) -> str | None:
+    """Why `live` may not be changed for `desired`'s owner, naming the object and whom it belongs to;
+    None when it is absent or already controlled by that owner."""
+    if live is None:
+        return None
+    wanted, found = _controller(desired), _controller(live)
+    if wanted is not None and found is not None and found.get("uid") == wanted.get("uid"):
+        return None
+    meta = live.get("metadata") or {}
+    where = f"{live.get('kind', desired.get('kind'))} {meta.get('namespace', '')}/{meta.get('name', '')}"
+    owner = (f"{found.get('kind', 'another object')} {found.get('name', '')!s} (uid {found.get('uid', '?')})"
+             if found is not None else "nobody infertune knows (it was not created for this resource)")
+    return (f"{where} already exists and is controlled by {owner}; infertune does not adopt it: delete it, or "
+            "give this InferenceDeployment another name")
 
 
 def object_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:

@@ -15,6 +15,7 @@ class ConditionType(StrEnum):
     METRICS_AVAILABLE = "MetricsAvailable"
     PROGRESSING = "Progressing"
     INVALID_SPEC = "InvalidSpec"
+    POLICY_RESOLVED = "PolicyResolved"  # only with a policyRef
 
 
 ALL_TYPES: tuple[ConditionType, ...] = tuple(ConditionType)
@@ -46,6 +47,11 @@ class Reason(StrEnum):
     PAUSED = "Paused"
     TUNING_OFF = "TuningOff"
     APPLY_FAILED = "ApplyFailed"
+    POLICY_FOUND = "PolicyFound"
+    POLICY_NOT_FOUND = "PolicyNotFound"
+    POLICY_DELETED = "PolicyDeleted"
+    CONFIG_MAP_NOT_FOUND = "ConfigMapNotFound"
+    OWNERSHIP_CONFLICT = "OwnershipConflict"
 
 
 @dataclass(frozen=True)
@@ -107,8 +113,9 @@ def merge_conditions(
 
 
 def initial_conditions(now_iso: str, generation: int | None) -> list[Condition]:
-    """Every condition Unknown on the first visit, so `kubectl wait` and dashboards see them all."""
+    """Every condition Unknown on the first visit, so `kubectl wait` and dashboards see them all
+    (InvalidSpec and PolicyResolved appear once there is something to say)."""
     return merge_conditions([], (
         ConditionUpdate(t.value, "Unknown", Reason.FIRST_VISIT.value, "not evaluated yet")
-        for t in ALL_TYPES if t is not ConditionType.INVALID_SPEC
+        for t in ALL_TYPES if t not in (ConditionType.INVALID_SPEC, ConditionType.POLICY_RESOLVED)
     ), now_iso, generation)

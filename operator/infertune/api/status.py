@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from infertune.api.policy import ServingPolicySpec
 from infertune.api.spec import ApiModel
 
 
@@ -101,6 +102,15 @@ class GuardrailMemory(ApiModel):
     recent_recommendations: list[list[float]] = Field(default_factory=list)
 
 
+class PolicySnapshot(ApiModel):
+    """The ServingPolicy last seen under spec.policyRef, so that a deleted policy (or one the operator
+    cannot see after a restart) keeps governing the resource until it is back or the reference changes."""
+
+    name: str
+    spec: ServingPolicySpec = Field(default_factory=ServingPolicySpec)
+    seen_at: str = ""
+
+
 class InferenceDeploymentStatus(ApiModel):
     observed_generation: int | None = None
     conditions: list[ConditionStatus] = Field(default_factory=list)
@@ -113,6 +123,7 @@ class InferenceDeploymentStatus(ApiModel):
     fit_samples: FitSamples | None = None
     decisions: list[DecisionRecord] = Field(default_factory=list, max_length=10)
     guardrails: GuardrailMemory | None = None
+    policy: PolicySnapshot | None = None
 
 
 MAX_DECISIONS = 5

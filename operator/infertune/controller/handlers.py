@@ -18,10 +18,14 @@ from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.context import OperatorContext
 from infertune.controller.reconciler import Resource
 from infertune.controller.status import WorkloadState
-from infertune.errors import ApiError, SpecError
+from infertune.errors import ApiError, OwnershipError, PendingError, SpecError
 
 # Events carry at most this much of a message (the API server refuses longer ones).
 EVENT_MESSAGE_MAX = 1000
+# How soon converge tries again while a ServingPolicy or ConfigMap it names does not exist yet, and
+# while an object of its name belongs to someone else.
+PENDING_RETRY_SECONDS = 5.0
+CONFLICT_RETRY_SECONDS = 30.0
 
 
 def _plain(value: Any) -> Any:
@@ -67,6 +71,10 @@ async def _visit(ctx: OperatorContext, body: Any, patch: kopf.Patch, work: str) 
     except SpecError as exc:
         if work == "converge":
             raise kopf.PermanentError(str(exc)) from None
+    except PendingError as exc:  # a policy or ConfigMap applied after the resource: retried until it exists
+        raise kopf.TemporaryError(str(exc), delay=PENDING_RETRY_SECONDS) from None
+    except OwnershipError as exc:  # someone else's object of the same name: retried until it is gone
+        raise kopf.TemporaryError(str(exc), delay=CONFLICT_RETRY_SECONDS) from None
     except ApiError as exc:
         if exc.retryable:
             raise kopf.TemporaryError(str(exc), delay=exc.retry_after) from None

@@ -10,10 +10,10 @@ from typing import Any
 
 import urllib3
 
-from infertune.actuate.apply import KubeClient
-from infertune.actuate.workload import LWS_API, WorkloadKind
+from infertune.actuate.apply import KubeClient, ownership_conflict
+from infertune.actuate.workload import INPUT_HASH, LWS_API, WorkloadKind
 from infertune.controller.status import WorkloadState
-from infertune.errors import ApiError
+from infertune.errors import ApiError, OwnershipError
 
 Key = tuple[str, str]
 
@@ -55,9 +55,21 @@ class KubeCluster:
         return str(data[key])
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> bool:
+        """Applies each object unless the live one carries its input hash; raises OwnershipError, having
+        applied nothing, when any live object of the same name is not this resource's."""
+        lives = [self._call(self.kube.get, obj["apiVersion"], obj["kind"], obj["metadata"].get("namespace"),
+                            obj["metadata"]["name"]) for obj in objects]
+        conflicts = [why for why in map(ownership_conflict, lives, objects) if why is not None]
+        if conflicts:
+            raise OwnershipError("; ".join(conflicts))
         changed = False
-        for obj in objects:
-            changed |= bool(self._call(self.kube.apply_if_changed, obj))
+        for obj, live in zip(objects, lives, strict=True):
+            wanted = (obj["metadata"].get("annotations") or {}).get(INPUT_HASH)
+            if live is not None and wanted and ((live.get("metadata") or {}).get("annotations") or {}).get(
+                    INPUT_HASH) == wanted:
+                continue
+            self._call(self.kube.apply, obj)
+            changed = True
         return changed
 
     @staticmethod

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from infertune.actuate.apply import ownership_conflict
 from infertune.actuate.workload import INPUT_HASH, WorkloadKind, layout_of_workload
-from infertune.controller.status import WorkloadState
+from infertune.controller.status import WorkloadState, owner_uid
+from infertune.errors import OwnershipError
 
 Key = tuple[str, str]
 Obj = dict[str, Any]
@@ -30,10 +32,11 @@ class MemoryCluster:
     def workload(self, key: Key, kind: WorkloadKind) -> WorkloadState | None:
         obj = self.objects.get((kind.value, *key))
         layout = None if obj is None else layout_of_workload(obj)
-        if layout is None:
+        if obj is None or layout is None:
             return None
         ready = min(self.ready.get(key, layout.replicas), layout.replicas)
-        return WorkloadState(desired=layout.replicas, ready=ready, updated=ready, layout=layout)
+        return WorkloadState(desired=layout.replicas, ready=ready, updated=ready, layout=layout,
+                             owner=owner_uid(obj))
 
     def serving_policy(self, name: str) -> Mapping[str, Any] | None:
         return self.policies.get(name)
@@ -45,15 +48,22 @@ class MemoryCluster:
         return data[key]
 
     def apply(self, objects: Sequence[Obj]) -> bool:
+        """As the API server port does: nothing is applied when any live object is someone else's."""
+        def where(obj: Obj) -> tuple[str, str, str]:
+            meta = obj["metadata"]
+            return str(obj["kind"]), str(meta.get("namespace", "")), str(meta["name"])
+
+        conflicts = [why for obj in objects if (why := ownership_conflict(self.objects.get(where(obj)), obj))]
+        if conflicts:
+            raise OwnershipError("; ".join(conflicts))
         changed = False
         for obj in objects:
             meta = obj["metadata"]
-            where = (str(obj["kind"]), str(meta.get("namespace", "")), str(meta["name"]))
-            live = self.objects.get(where)
+            live = self.objects.get(where(obj))
             wanted = (meta.get("annotations") or {}).get(INPUT_HASH)
             if live is not None and wanted and (live["metadata"].get("annotations") or {}).get(INPUT_HASH) == wanted:
                 continue
-            self.objects[where] = obj
+            self.objects[where(obj)] = obj
             self.applied.append(obj)
             changed = True
         return changed

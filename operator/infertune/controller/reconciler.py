@@ -34,11 +34,12 @@ from infertune.api.observation import Observation
 from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.quantities import parse_duration
 from infertune.api.spec import TuningMode, parse_spec
+from infertune.api.status import PolicySnapshot
 from infertune.controller.cycle import CycleInput, CycleOutcome, run_cycle
 from infertune.controller.sources import Route, route_of
 from infertune.controller.status import WorkloadState, applied_status, iso, layout_of, ready_condition
 from infertune.controller.telemetry import Telemetry
-from infertune.errors import SpecError, StatusError
+from infertune.errors import OwnershipError, PendingError, SpecError, StatusError
 from infertune.model.early_warning import CliffWarning
 from infertune.observe.figures import Expected, ReplicaLimits
 from infertune.observe.fitmemory import FitMemory, FitSample
@@ -126,6 +127,31 @@ class Resource:
 
 
 @dataclass(frozen=True)
+class PolicyState:
+    """What resolution found of the resource's ServingPolicy: the PolicyResolved condition (none
+    without a policyRef) and the status.policy snapshot to keep (none: keep what status has)."""
+
+    condition: ConditionUpdate | None = None
+    snapshot: dict[str, Any] | None = None
+
+    @property
+    def updates(self) -> list[ConditionUpdate]:
+        return [] if self.condition is None else [self.condition]
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return {} if self.snapshot is None else {"policy": self.snapshot}
+
+    def into(self, status: Mapping[str, Any], now: float, generation: int | None) -> dict[str, Any]:
+        """`status` (a cycle's) with this condition merged in and the snapshot set."""
+        out = {**status, **self.fields}
+        if self.condition is not None:
+            current = [Condition.from_wire(c) for c in status.get("conditions", [])]
+            out["conditions"] = [c.wire() for c in merge_conditions(current, self.updates, iso(now), generation)]
+        return out
+
+
+@dataclass(frozen=True)
 class Converged:
     layout: Layout
     changed: bool  # the workload was applied (it differed, or did not exist)
@@ -144,19 +170,17 @@ class Reconciler:
         self._fit_memories: dict[Key, FitMemory] = {}
         self._resolved: dict[Key, tuple[str, Resolved]] = {}
         self._last_cycle: dict[Key, float] = {}
+        self._policies_seen: dict[Key, tuple[str, dict[str, Any]]] = {}
+        self._policy_states: dict[Key, PolicyState] = {}
 
     # --- resolution ---------------------------------------------------------------------------
     def resolve(self, resource: Resource) -> Resolved:
         """The effective spec and plan request, cached per spec, policy and model ConfigMap content
-        (an edited ConfigMap is noticed on the next cycle). Raises SpecError naming the field."""
+        (an edited ConfigMap is noticed on the next cycle). Raises SpecError naming the field, or
+        PendingError when a ServingPolicy or ConfigMap it names does not exist yet. A policy that
+        existed and was deleted is replaced by its last known spec (`policy_state` says so)."""
         parsed = parse_spec(dict(resource.spec))
-        policy: ServingPolicySpec | None = None
-        policy_raw: Mapping[str, Any] | None = None
-        if parsed.policy_ref is not None:
-            policy_raw = self.cluster.serving_policy(parsed.policy_ref.name)
-            if policy_raw is None:
-                raise SpecError(f"spec.policyRef.name: ServingPolicy {parsed.policy_ref.name!r} not found")
-            policy = parse_policy(dict(policy_raw))
+        policy, policy_raw, state = self._policy(resource, parsed.policy_ref.name if parsed.policy_ref else None)
         config = None
         ref = parsed.model.config_map_ref
         if ref is not None:
@@ -164,7 +188,11 @@ class Reconciler:
                 config = self.cluster.config_map_value(resource.namespace, ref.name, ref.key)
             except KeyError:
                 raise SpecError(f"spec.model.configMapRef.key: ConfigMap {ref.name} has no key {ref.key!r}") from None
+            if config is None:
+                raise PendingError(f"spec.model.configMapRef.name: ConfigMap {resource.namespace}/{ref.name} does "
+                                   "not exist (yet); waiting for it", Reason.CONFIG_MAP_NOT_FOUND)
         self.metrics.route(resource.key, route_of(parsed, resource.namespace))
+        self._policy_states[resource.key] = state
         token = repr((resource.generation, resource.spec, policy_raw, config))
         cached = self._resolved.get(resource.key)
         if cached is not None and cached[0] == token:
@@ -173,28 +201,96 @@ class Reconciler:
         self._resolved[resource.key] = (token, resolved)
         return resolved
 
+    def _policy(self, resource: Resource, name: str | None
+                ) -> tuple[ServingPolicySpec | None, Mapping[str, Any] | None, PolicyState]:
+        """The ServingPolicy `name` as it is, or as it was last seen (in memory, else in status.policy)."""
+        if name is None:
+            return None, None, PolicyState()
+        now = self.clock()
+        live = self.cluster.serving_policy(name)
+        if live is not None:
+            policy = parse_policy(dict(live))
+            self._policies_seen[resource.key] = (name, dict(live))
+            known = resource.status.get("policy") or {}
+            wire = policy.wire()
+            seen_at = str(known.get("seenAt") or iso(now)) if (known.get("name"), known.get("spec")) == (
+                name, wire) else iso(now)
+            snapshot = PolicySnapshot.model_validate({"name": name, "spec": wire, "seenAt": seen_at}).wire()
+            return policy, live, PolicyState(ConditionUpdate(
+                ConditionType.POLICY_RESOLVED.value, "True", Reason.POLICY_FOUND.value,
+                f"ServingPolicy {name!r} applies"), snapshot)
+        last = self._last_policy(resource, name)
+        if last is None:
+            raise PendingError(f"spec.policyRef.name: ServingPolicy {name!r} does not exist (yet); waiting for it",
+                               Reason.POLICY_NOT_FOUND)
+        raw, seen_at = last
+        return parse_policy(raw), raw, PolicyState(ConditionUpdate(
+            ConditionType.POLICY_RESOLVED.value, "False", Reason.POLICY_DELETED.value,
+            f"ServingPolicy {name!r} was deleted; tuning with its last known spec (seen {seen_at})"))
+
+    def _last_policy(self, resource: Resource, name: str) -> tuple[dict[str, Any], str] | None:
+        seen = self._policies_seen.get(resource.key)
+        known = resource.status.get("policy") or {}
+        seen_at = str(known.get("seenAt") or "before this operator started")
+        if seen is not None and seen[0] == name:
+            return seen[1], seen_at
+        if known.get("name") == name and isinstance(known.get("spec"), dict):
+            try:
+                parse_policy(known["spec"])
+            except SpecError:  # a hand-edited status: nothing trustworthy is known
+                return None
+            return dict(known["spec"]), seen_at
+        return None
+
+    def policy_state(self, key: Key) -> PolicyState:
+        """What the last resolve found of the resource's ServingPolicy."""
+        return self._policy_states.get(key, PolicyState())
+
     def invalid(self, resource: Resource, error: SpecError, report: Report) -> None:
         """InvalidSpec and Ready=False, with the error; the workload is left as it is."""
-        now, message = self.clock(), str(error)
-        old = _conditions(resource, now)
-        conditions = merge_conditions(old, [
-            ConditionUpdate(ConditionType.INVALID_SPEC.value, "True", Reason.INVALID_SPEC.value, message),
-            ConditionUpdate(ConditionType.READY.value, "False", Reason.INVALID_SPEC.value, message),
-        ], iso(now), resource.generation)
+        self._hold(resource, report, error, [
+            ConditionUpdate(ConditionType.INVALID_SPEC.value, "True", Reason.INVALID_SPEC.value, str(error)),
+            ConditionUpdate(ConditionType.READY.value, "False", Reason.INVALID_SPEC.value, str(error)),
+        ], Reason.INVALID_SPEC)
+
+    def pending(self, resource: Resource, error: PendingError, report: Report) -> None:
+        """Ready=False (and PolicyResolved=False) saying what the resource waits for; nothing changes."""
+        updates = [ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value,
+                                   "the spec is valid"),
+                   ConditionUpdate(ConditionType.READY.value, "False", error.reason, str(error))]
+        if error.reason == Reason.POLICY_NOT_FOUND:
+            updates.append(ConditionUpdate(ConditionType.POLICY_RESOLVED.value, "False", error.reason, str(error)))
+        self._hold(resource, report, error, updates, error.reason)
+
+    def conflict(self, resource: Resource, error: OwnershipError, report: Report) -> None:
+        """Ready=False naming the object that is not ours; nothing is applied."""
+        self._hold(resource, report, error, [
+            ConditionUpdate(ConditionType.READY.value, "False", Reason.OWNERSHIP_CONFLICT.value, str(error)),
+            ConditionUpdate(ConditionType.PROGRESSING.value, "False", Reason.OWNERSHIP_CONFLICT.value, str(error)),
+        ], Reason.OWNERSHIP_CONFLICT)
+
+    def _hold(self, resource: Resource, report: Report, error: Exception, updates: list[ConditionUpdate],
+              reason: str) -> None:
+        now = self.clock()
+        conditions = merge_conditions(_conditions(resource, now), updates, iso(now), resource.generation)
         new = {"conditions": [c.wire() for c in conditions], "observedGeneration": resource.generation}
         if _differs(resource.status, new):
-            report.event("Warning", Reason.INVALID_SPEC.value, message)
+            report.event("Warning", reason, str(error))
         report.status(new)
 
     # --- on create, update and resume ---------------------------------------------------------
     def converge(self, resource: Resource, report: Report) -> Converged:
         """Applies the workload at the layout that runs (or, on the first visit, the plan on the
-        workload hints) and sets every condition. Raises SpecError (after reporting it)."""
+        workload hints) and sets every condition. Raises SpecError, PendingError or OwnershipError
+        after reporting it; the first is permanent, the others are retried."""
         now = self.clock()
         try:
             resolved = self.resolve(resource)
         except SpecError as error:
             self.invalid(resource, error, report)
+            raise
+        except PendingError as error:
+            self.pending(resource, error, report)
             raise
         gpus_per_node = resolved.gpu.gpus_per_node
         workload = self._workload(resource, resolved)
@@ -204,22 +300,28 @@ class Reconciler:
         layout = starting_layout(resolved, now)[0] if running is None else pinned(running, resolved.spec)
         changed = False
         if not held:
-            changed = self.cluster.apply(desired_objects(resource.owner, resolved.spec, layout, gpus_per_node))
+            try:
+                changed = self.cluster.apply(desired_objects(resource.owner, resolved.spec, layout, gpus_per_node))
+            except OwnershipError as error:
+                self.conflict(resource, error, report)
+                raise
             if changed:
                 workload = self.cluster.workload(resource.key, workload_kind(layout, gpus_per_node))
         self.metrics.expect(resource.key, _expected(workload, _limits(resolved, layout)))
+        policy = self.policy_state(resource.key)
         conditions = merge_conditions(_conditions(resource, now), [
             ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value, "the spec is valid"),
             ready_condition(None if changed else workload, applied=True),
             ConditionUpdate(ConditionType.PROGRESSING.value, "True" if changed else "False",
                             Reason.ROLLING_OUT.value if changed else Reason.STABLE.value,
                             "applied a changed workload" if changed else "the workload is up to date"),
+            *policy.updates,
         ], iso(now), resource.generation)
         stamp = resource.status.get("applied") or {}
         applied_at = iso(now) if changed or not stamp else str(stamp.get("appliedAt") or iso(now))
         report.status({"conditions": [c.wire() for c in conditions], "observedGeneration": resource.generation,
                        "selector": selector_string(resource.name), "replicas": layout.replicas,
-                       "applied": applied_status(layout, gpus_per_node, applied_at)})
+                       "applied": applied_status(layout, gpus_per_node, applied_at), **policy.fields})
         if changed:
             self.log.bind(namespace=resource.namespace, name=resource.name).info(
                 "workload applied", tp=layout.tensor_parallel_size, max_num_seqs=layout.max_num_seqs,
@@ -239,6 +341,9 @@ class Reconciler:
             resolved = self.resolve(resource)
         except SpecError as error:
             self.invalid(resource, error, report)
+            return None
+        except PendingError as error:
+            self.pending(resource, error, report)
             return None
         if not self._due(key, parse_duration(resolved.spec.tuning.interval), now):
             return None
@@ -262,10 +367,14 @@ class Reconciler:
                                        resolved, status, obs, memory.fits(), now, warning, workload,
                                        memory.to_status()))
         if outcome.apply is not None:
-            self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node))
+            try:
+                self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node))
+            except OwnershipError as error:
+                self.conflict(resource, error, report)
+                return None
             self.metrics.expect(key, _expected(workload, _limits(resolved, outcome.apply, running)).after_scaling_to(
                 outcome.apply.replicas))
-        report.status(outcome.status)
+        report.status(self.policy_state(key).into(outcome.status, now, resource.generation))
         self.telemetry.record(resource.namespace, resource.name, outcome, obs, now, warning)
         for kind, reason, message in outcome.events:
             report.event(kind, reason, message)
@@ -276,7 +385,8 @@ class Reconciler:
 
     def forget(self, key: Key) -> None:
         """The resource is gone: drop what was kept for it (the workload goes with its owner reference)."""
-        for store in (self._fit_memories, self._resolved, self._last_cycle):
+        for store in (self._fit_memories, self._resolved, self._last_cycle, self._policies_seen,
+                      self._policy_states):
             store.pop(key, None)
         self.metrics.forget(key)
         self.telemetry.forget(*key)
@@ -292,7 +402,9 @@ class Reconciler:
         kinds.sort(key=lambda kind: kind.value != recorded)
         for kind in kinds:
             found = self.cluster.workload(resource.key, kind)
-            if found is not None:
+            # Someone else's workload of the same name is not what runs for this resource; applying
+            # over it is refused (OwnershipError), so its layout is never taken for ours.
+            if found is not None and not found.foreign_to(resource.uid):
                 return found
         return None
 

@@ -85,6 +85,12 @@ class WorkloadState:
     # What the workload runs, read from its replicas and its pod template's layout annotations: the
     # truth the operator acts from, whatever its status last recorded.
     layout: Layout | None = None
+    # The uid of the object that controls it ("" for none); None when the port does not say.
+    owner: str | None = None
+
+    def foreign_to(self, uid: str) -> bool:
+        """Controlled by something other than the resource with this uid (or by nothing)."""
+        return self.owner is not None and self.owner != uid
 
     @property
     def mid_rollout(self) -> bool:
@@ -99,7 +105,14 @@ class WorkloadState:
         return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
                    updated=status.get("updatedReplicas"),
                    current=generation is None or seen is None or int(seen) >= int(generation),
-                   layout=layout_of_workload(dict(obj)))
+                   layout=layout_of_workload(dict(obj)), owner=owner_uid(obj))
+
+
+def owner_uid(obj: Mapping[str, Any]) -> str:
+    """The uid of the object's controller owner; "" when nothing controls it."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    found = next((r for r in refs if isinstance(r, Mapping) and r.get("controller")), None)
+    return "" if found is None else str(found.get("uid", ""))
 
 
 def ready_condition(workload: WorkloadState | None, applied: bool) -> ConditionUpdate:
