@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infertune.api.spec import OWNED_ARGS, InferenceDeploymentSpec
+from infertune.api.spec import InferenceDeploymentSpec, owned_flag
 from infertune.planner.types import Layout
 
 # Seconds the pod keeps serving after it leaves the Service endpoints, so that in-flight streams
@@ -35,8 +35,7 @@ _FLAGS = {
 
 def conflicting_args(spec: InferenceDeploymentSpec) -> list[str]:
     """User args that name a flag the operator owns (the models reject these; kept for defence)."""
-    owned = OWNED_ARGS[spec.engine.kind]
-    return [a for a in spec.engine.extra_args if a.split("=", 1)[0] in owned]
+    return [a for a in spec.engine.extra_args if owned_flag(spec.engine.kind, a) is not None]
 
 
 def engine_command(spec: InferenceDeploymentSpec) -> list[str]:

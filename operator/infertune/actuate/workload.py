@@ -146,19 +146,26 @@ def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout)
     })
 
 
+# vLLM spans nodes with Ray, through the helper script its image ships. The leader starts Ray, waits for
+# the workers, then execs the server; the shell only ever sees this fixed text: the server's command
+# line (the weights, the user's extraArgs) comes after it as positional parameters ("$@"), which no
+# shell parses, so no user string is ever interpreted as shell syntax.
+VLLM_MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+VLLM_LEADER_SHELL = f'{VLLM_MULTI_NODE_SCRIPT} leader --ray_cluster_size="$LWS_GROUP_SIZE" && exec "$@"'
+VLLM_WORKER_SHELL = f'exec {VLLM_MULTI_NODE_SCRIPT} worker --ray_address="$LWS_LEADER_ADDRESS"'
+
+
 def _lws_commands(spec: InferenceDeploymentSpec, layout: Layout, nodes: int) -> tuple[Obj, Obj]:
     """Leader and worker containers. vLLM spans nodes with Ray (its multi-node-serving.sh helper);
-    SGLang with its own --nnodes/--node-rank rendezvous."""
+    SGLang with its own --nnodes/--node-rank rendezvous. Every command is exec form."""
     args = engine_args(spec, layout, nodes)
     per_node = math.ceil(layout.tensor_parallel_size / nodes)
     if spec.engine.kind == "vllm":
-        script = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
-        serve = " ".join(["python3", "-m", "vllm.entrypoints.openai.api_server", *args])
         shell = ["/bin/sh", "-c"]
-        lead = f"{script} leader --ray_cluster_size=$(LWS_GROUP_SIZE); {serve}"
-        follow = f"{script} worker --ray_address=$(LWS_LEADER_ADDRESS)"
-        leader = _container(spec, layout, per_node, [lead], shell)
-        worker = _container(spec, layout, per_node, [follow], shell, serving=False)
+        # "$0" is a name for the shell's messages; "$@" is the server's command line, verbatim.
+        leader = _container(spec, layout, per_node, [VLLM_LEADER_SHELL, "vllm-leader", *engine_command(spec), *args],
+                            shell)
+        worker = _container(spec, layout, per_node, [VLLM_WORKER_SHELL], shell, serving=False)
     else:
         leader = _container(spec, layout, per_node, args, engine_command(spec))
         worker = _container(spec, layout, per_node, args, engine_command(spec), serving=False)

@@ -26,11 +26,52 @@ KIND = "InferenceDeployment"
 PLURAL = "inferencedeployments"
 
 ALLOWED_TP_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-# Flags the operator sets itself; a user arg naming one of them is a spec error, not a silent override.
+# Flags the operator sets itself, or that would undo what it sets (more GPUs per replica than TP; any
+# flag at all from a config file); a user arg naming one of them is a spec error, not a silent override.
 OWNED_ARGS: dict[str, tuple[str, ...]] = {
-    "vllm": ("--tensor-parallel-size", "-tp", "--max-num-seqs", "--gpu-memory-utilization", "--port"),
-    "sglang": ("--tp-size", "--tp", "--max-running-requests", "--mem-fraction-static", "--port"),
+    "vllm": ("--tensor-parallel-size", "-tp", "--max-num-seqs", "--gpu-memory-utilization", "--port",
+             "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp", "--config"),
+    "sglang": ("--tp-size", "--tp", "--max-running-requests", "--mem-fraction-static", "--port", "--host",
+               "--nnodes", "--node-rank", "--dist-init-addr", "--pp-size", "--dp-size", "--dp", "--config"),
 }
+
+
+def flag_name(arg: str) -> str | None:
+    """The option an engine's argparse reads from `arg`, as vLLM's parser normalises it: the part before
+    `=`, with `_` read as `-` in a long option. None for a value, a positional, `-` or `--`."""
+    if not arg.startswith("-") or arg in ("-", "--"):
+        return None
+    name = arg.split("=", 1)[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def owned_flag(kind: str, arg: str) -> str | None:
+    """The owned flag `arg` would set: the flag itself, in any spelling, or an abbreviation argparse
+    expands to it (argparse takes any unique prefix of a long option, and `-t` for `-tp`)."""
+    name = flag_name(arg)
+    if name is None:
+        return None
+    for flag in OWNED_ARGS[kind]:
+        if flag.startswith("--") == name.startswith("--") and flag.startswith(name) and name.strip("-"):
+            return flag
+    return None
+
+
+def _owned_flag_regex(kind: str) -> str:
+    """`owned_flag` as one RE2 pattern for the CRD's CEL rule: each owned flag or any prefix of it,
+    `-` and `_` alike in long options, optionally followed by `=value`."""
+    def prefixes(flag: str) -> str:
+        dashes = "--" if flag.startswith("--") else "-"
+        body = flag[len(dashes):]
+        assert re.fullmatch(r"[a-z0-9][a-z0-9-]*", body), flag  # no regex metacharacter, no CEL escape
+        pattern = ""
+        for char in reversed(body[1:]):
+            piece = "[-_]" if char == "-" and dashes == "--" else char
+            pattern = f"(?:{piece}{pattern})?"
+        return dashes + body[0] + pattern
+
+    return "^(?:" + "|".join(prefixes(f) for f in OWNED_ARGS[kind]) + ")(?:=.*)?$"
+
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
 Decimal = Annotated[str, Field(pattern=DECIMAL_PATTERN)]
@@ -144,8 +185,8 @@ class Resources(ApiModel):
 
 
 def _owned_flag_rule(kind: str) -> str:
-    flags = " || ".join(f"a == '{f}' || a.startsWith('{f}=')" for f in OWNED_ARGS[kind])
-    return f"self.kind != '{kind}' || !has(self.extraArgs) || !self.extraArgs.exists(a, {flags})"
+    return (f"self.kind != '{kind}' || !has(self.extraArgs) || "
+            f"!self.extraArgs.exists(a, a.matches('{_owned_flag_regex(kind)}'))")
 
 
 class Engine(ApiModel):
@@ -170,9 +211,11 @@ class Engine(ApiModel):
     def _no_owned_flags(self) -> Engine:
         owned = OWNED_ARGS[self.kind]
         for index, arg in enumerate(self.extra_args):
-            if arg.split("=", 1)[0] in owned:
-                raise ValueError(f"spec.engine.extraArgs[{index}]: {arg.split('=', 1)[0]} is owned by the "
-                                 f"operator; remove it (owned: {', '.join(owned)})")
+            flag = owned_flag(self.kind, arg)
+            if flag is not None:
+                spelled = "" if flag_name(arg) == flag else f" (as {arg.split('=', 1)[0][:64]!r})"
+                raise ValueError(f"spec.engine.extraArgs[{index}]: {flag}{spelled} is owned by the operator; "
+                                 f"remove it (owned: {', '.join(owned)})")
         return self
 
 
