@@ -82,7 +82,8 @@ def test_tp16_on_8_gpu_nodes_is_a_leader_worker_set() -> None:
     for role in ("leaderTemplate", "workerTemplate"):
         container = template[role]["spec"]["containers"][0]
         assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    assert "--tensor-parallel-size 16" in template["leaderTemplate"]["spec"]["containers"][0]["args"][0]
+    leader_args = template["leaderTemplate"]["spec"]["containers"][0]["args"]
+    assert leader_args[leader_args.index("--tensor-parallel-size") + 1] == "16"
     assert service["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
 
 

@@ -98,10 +98,11 @@ def test_any_spelling_of_any_owned_flag_is_refused_by_both(pair: tuple[str, str]
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.sampled_from(sorted(OWNED_ARGS)), st.text(alphabet="-_=abcdefghijklmnopqrstuvwxyz0123456789 ", max_size=30))
+@given(st.sampled_from(sorted(OWNED_ARGS)), st.text(alphabet="-_=abcdefghijklmnopqrstuvwxyz0123456789 \n", max_size=30))
 def test_the_crd_rule_and_the_operator_agree_on_every_string(kind: str, arg: str) -> None:
     import re
-    assert (owned_flag(kind, arg) is not None) == bool(re.match(_owned_flag_regex(kind), arg))
+    # fullmatch: RE2's `$` is the end of the text; Python's also matches before a final newline.
+    assert (owned_flag(kind, arg) is not None) == bool(re.fullmatch(_owned_flag_regex(kind), arg))
 
 
 def _vllm_parser() -> argparse.ArgumentParser:

@@ -70,7 +70,8 @@ def _owned_flag_regex(kind: str) -> str:
             pattern = f"(?:{piece}{pattern})?"
         return dashes + body[0] + pattern
 
-    return "^(?:" + "|".join(prefixes(f) for f in OWNED_ARGS[kind]) + ")(?:=.*)?$"
+    # (?s): a value may hold newlines; RE2 and Python agree on it.
+    return "(?s)^(?:" + "|".join(prefixes(f) for f in OWNED_ARGS[kind]) + ")(?:=.*)?$"
 
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
