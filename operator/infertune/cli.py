@@ -10,6 +10,7 @@ import os
 import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from infertune import __version__, commands
 from infertune.errors import InfertuneError
@@ -40,8 +41,17 @@ def _importable(module: str) -> bool:
         return False
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad flag answered in one line that names the command and the flag (the usage
+    is a `--help` away). Subcommands' parsers are of this class too (argparse makes them like their
+    parent)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="infertune", description=__doc__)
+    parser = Parser(prog="infertune", description=__doc__)
     parser.add_argument("--version", action="version", version=f"infertune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in command_modules():
@@ -62,7 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"infertune {missing}: error: this command is part of the lab; install it with "
               f"`pip install infertune-lab` (the operator's image does not carry it)", file=sys.stderr)
         return 2
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse answered (a bad flag in one line, or --help): its exit code
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args.func(args) or 0)
     except InfertuneError as exc:

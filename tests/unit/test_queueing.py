@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infertune.model.queueing import TABLE_MAX_SLOTS, erlang_c, sustainable_rates, wait_exceedance
+from infertune.model.queueing import (
+    TABLE_MAX_SLOTS,
+    _busy_by_bisection,
+    erlang_c,
+    sustainable_rates,
+    wait_exceedance,
+)
 
 
 @pytest.mark.parametrize(("servers", "load", "expected"), [
@@ -84,19 +90,27 @@ def test_erlang_c_agrees_with_the_textbook_recursion_for_any_mix_of_candidates(c
     assert got == pytest.approx(expected, abs=1e-9)
 
 
-@settings(max_examples=30, deadline=None)  # the direct bisection at 257 slots is the slow half
+def _direct(conc, e2e, ttft, limit, percentile):
+    """The rate from bisecting on Erlang C itself, the reference the tables are checked against."""
+    busy = _busy_by_bisection(conc.astype(np.int64), conc, e2e, ttft, limit, max(1.0 - percentile / 100.0, 1e-4))
+    return busy / np.interp(busy, conc, e2e)
+
+
+@settings(max_examples=30, deadline=None)  # the direct bisection at 320 slots is the slow half
 @given(st.floats(2.0, 60.0), st.floats(0.0, 1.0), st.floats(0.05, 2.0), st.floats(0.0, 0.05),
        st.one_of(st.none(), st.floats(0.3, 6.0)), st.sampled_from([50, 90, 95, 99]))
 def test_the_tabulated_search_finds_what_bisecting_on_erlang_c_finds(base, per_slot, prefill, ttft_per_slot,
                                                                       limit, percentile):
-    # Slot counts up to TABLE_MAX_SLOTS are sized from a table of Erlang C; one more takes the direct
-    # bisection for the whole call. The two must agree on every slot count the table covers.
-    conc = np.arange(1.0, TABLE_MAX_SLOTS + 2)
+    # Slot counts up to TABLE_MAX_SLOTS are sized from a small table of Erlang C, more (up to the CRD's
+    # 1,024) from a larger one. Both must agree with the direct bisection on every slot count they cover.
+    conc = np.arange(1.0, 321.0)
     e2e, ttft = base + per_slot * conc, prefill + ttft_per_slot * conc
-    tabulated = sustainable_rate(conc[:-1], conc, e2e, ttft, limit, percentile)
-    direct = sustainable_rate(conc, conc, e2e, ttft, limit, percentile)[:-1]
-    assert tabulated == pytest.approx(direct, rel=1e-2, abs=1e-6)
-    assert tabulated[7:] == pytest.approx(direct[7:], rel=1e-3, abs=1e-6)  # 8 slots and more
+    direct = _direct(conc, e2e, ttft, limit, percentile)
+    small = sustainable_rate(conc[:TABLE_MAX_SLOTS], conc, e2e, ttft, limit, percentile)
+    large = sustainable_rate(conc, conc, e2e, ttft, limit, percentile)
+    for tabulated, reference in ((small, direct[:TABLE_MAX_SLOTS]), (large, direct)):
+        assert tabulated == pytest.approx(reference, rel=1e-2, abs=1e-6)
+        assert tabulated[7:] == pytest.approx(reference[7:], rel=1e-3, abs=1e-6)  # 8 slots and more
 
 
 def test_every_tp_at_once_gets_what_each_tp_gets_alone():

@@ -8,14 +8,16 @@ Input is checked before anything runs, and nothing is written unless every run f
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from infertune.commands._inputs import dump_json, number, writable_dir
 from infertune.errors import UserError
 from infertune_lab.bench.cases import NAMES
 from infertune_lab.bench.report import document, markdown, write
 from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
+
+MAX_VIRTUAL_SECONDS = 30 * 86_400.0  # a month of traffic; more is a typo, and NaN would never end
 
 
 def _policies(text: str) -> tuple[str, ...]:
@@ -26,16 +28,6 @@ def _policies(text: str) -> tuple[str, ...]:
     return names
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "bench", help="closed-loop benchmark: infertune vs static, HPA-, KEDA-style and oracle policies")
@@ -43,15 +35,18 @@ def register(sub: Any) -> None:
                    help="a named scenario, or all four (default: coding-agent-day unless --trace)")
     p.add_argument("--trace", type=Path, default=None,
                    help="replay a TIMESTAMP,ContextTokens,GeneratedTokens CSV instead of a scenario")
-    p.add_argument("--rate-multiplier", type=_positive, default=None,
+    p.add_argument("--rate-multiplier", type=number(0, 1000, above=True), default=None,
                    help="replay the trace this many times faster (default: sized for the pool)")
-    p.add_argument("--duration", type=_positive, default=None, help="scored virtual seconds (default: per scenario)")
-    p.add_argument("--startup-seconds", type=_positive, default=None,
+    p.add_argument("--duration", type=number(0, MAX_VIRTUAL_SECONDS, above=True), default=None,
+                   help="scored virtual seconds (default: per scenario)")
+    p.add_argument("--startup-seconds", type=number(0, 7200, above=True), default=None,
                    help="model load time for every policy (default: the example's spec.engine.startupSeconds)")
-    p.add_argument("--pool-gpus", type=int, default=64, help="GPUs in the pool (default 64)")
+    p.add_argument("--pool-gpus", type=number(1, 100_000, integer=True), default=64,
+                   help="GPUs in the pool (default 64)")
     p.add_argument("--policies", type=_policies, default=POLICIES, help=f"comma-separated, from {','.join(POLICIES)}")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--processes", type=int, default=2, help="policies run in parallel (default 2)")
+    p.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=0)
+    p.add_argument("--processes", type=number(1, 64, integer=True), default=2,
+                   help="policies run in parallel (default 2)")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--report", type=Path, default=None, help="write bench.md and bench-<scenario>.png here")
     p.set_defaults(func=handle)
@@ -70,8 +65,7 @@ def _scenarios(args: argparse.Namespace) -> list[str]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.pool_gpus < 1:
-        raise UserError("--pool-gpus must be >= 1")
+    writable_dir("--report", args.report)
     if args.trace is not None and not args.trace.is_file():
         raise FileNotFoundError(f"--trace {args.trace}: no such file")
     options = Options(seed=args.seed, pool_gpus=args.pool_gpus, startup_seconds=args.startup_seconds,
@@ -80,7 +74,7 @@ def handle(args: argparse.Namespace) -> int:
     results: list[ScenarioResult] = [run_scenario(name, options) for name in _scenarios(args)]
     if args.output == "json":
         docs = [document(r) for r in results]
-        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
+        print(dump_json(docs[0] if len(docs) == 1 else docs))
     else:
         print("\n\n".join(markdown(r) for r in results))
     if args.report is not None:

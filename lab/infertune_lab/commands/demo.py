@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import structlog
 from rich.console import Console
 
-from infertune.errors import UserError
+from infertune.commands._inputs import dump_json, number, writable_dir
 from infertune_lab.demo.display import Quiet, RichView, View
 from infertune_lab.demo.run import DemoOptions, run_demo
 
@@ -26,7 +25,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--report", type=Path, default=Path("demo-report"), help="report directory")
     parser.add_argument("--no-prometheus", dest="prometheus", action="store_false",
                         help="the operator scrapes the pods itself instead of reading Prometheus")
-    parser.add_argument("--seed", type=int, default=0, help="traffic seed")
+    parser.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=0, help="traffic seed")
     parser.set_defaults(func=handle)
 
 
@@ -43,15 +42,14 @@ def _quiet_logs(path: Path) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.report.exists() and not args.report.is_dir():
-        raise UserError(f"--report {args.report}: exists and is not a directory")
+    writable_dir("--report", args.report)
     _quiet_logs(args.report / "operator.log")
     console = Console(stderr=True)
     view: View = RichView(console) if args.output == "text" and console.is_terminal else Quiet()
     with view:
         summary, report = asyncio.run(run_demo(DemoOptions(args.fast, args.report, args.prometheus, args.seed), view))
     if args.output == "json":
-        print(json.dumps(summary.to_json(), indent=2))
+        print(dump_json(summary.to_json()))
         return 0
     s = summary
     print(f"{s.scenario}: {s.requests} requests in {s.traffic_seconds:g} s of traffic ({s.wall_seconds:g} s wall), "

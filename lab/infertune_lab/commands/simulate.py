@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from infertune.commands._inputs import parse_int_list
+from infertune.api.spec import CONCURRENCY_MAX
+from infertune.commands._inputs import dump_json, number, parse_int_list, writable_file
 from infertune.errors import UserError
 from infertune.model import LinearFit, Workload
 from infertune_lab.sim import (
@@ -36,23 +37,28 @@ from infertune_lab.sim import (
 from infertune_lab.sim.live import LiveFleet
 from infertune_lab.sim.sweep import format_table, plot, sweep
 
+# A virtual day is a long replay; a year is a typo, and NaN would never end a loop.
+MAX_VIRTUAL_SECONDS = 365 * 86_400.0
+# The KV pool of the largest GPU node in 16-token blocks is a few million; more is a typo.
+MAX_GPU_BLOCKS = 100_000_000
+
 
 def _replica_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="kimi-k2.6", help="catalog model name (default kimi-k2.6)")
     p.add_argument("--gpu", default="b200", help="catalog GPU name (default b200)")
-    p.add_argument("--tp", type=int, default=8, help="tensor-parallel size (default 8)")
-    p.add_argument("--max-num-seqs", type=int, default=256)
-    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    p.add_argument("--num-gpu-blocks", type=int, default=None,
+    p.add_argument("--tp", type=number(1, 64, integer=True), default=8, help="tensor-parallel size (default 8)")
+    p.add_argument("--max-num-seqs", type=number(1, CONCURRENCY_MAX, integer=True), default=256)
+    p.add_argument("--max-num-batched-tokens", type=number(1, 1 << 20, integer=True), default=8192)
+    p.add_argument("--num-gpu-blocks", type=number(1, MAX_GPU_BLOCKS, integer=True), default=None,
                    help="KV pool in 16-token blocks (default: the capacity model)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    p.add_argument("--gpu-memory-utilization", type=number(0.05, 0.99), default=0.90)
     p.add_argument("--fit", default=None, metavar="A_MS,B_MS",
                    help="per-pass line a + b*B in ms for this TP (the Kimi B200 load test's: 5.2,1.65); "
                         "default: the napkin")
-    p.add_argument("--noise", type=float, default=0.0, help="relative std-dev of a step's time")
+    p.add_argument("--noise", type=number(0, 1), default=0.0, help="relative std-dev of a step's time")
     p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="metric dialect")
     p.add_argument("--workload", choices=sorted(SHAPES), default="coding-agent")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=0)
 
 
 def _replica(args: argparse.Namespace) -> ReplicaConfig:
@@ -62,8 +68,8 @@ def _replica(args: argparse.Namespace) -> ReplicaConfig:
             a_ms, b_ms = (float(x) for x in args.fit.split(","))
         except ValueError:
             raise UserError(f"--fit: expected A_MS,B_MS such as 5.2,1.65, got {args.fit!r}") from None
-        if a_ms < 0 or b_ms <= 0:
-            raise UserError("--fit: the intercept must be >= 0 and the slope > 0")
+        if not (0 <= a_ms < 1e5 and 0 < b_ms < 1e5):
+            raise UserError(f"--fit: the intercept must be >= 0 and the slope > 0 ms, got {args.fit!r}")
         fits[args.tp] = LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, 64.0)
     config = ReplicaConfig(
         model=args.model, gpu=args.gpu, tp=args.tp, max_num_seqs=args.max_num_seqs,
@@ -82,27 +88,33 @@ def register(sub: Any) -> None:
     s = cmds.add_parser("sweep", help="closed-loop concurrency sweep on one simulated replica")
     _replica_args(s)
     s.add_argument("--concurrency", default="1,2,4,8,16,24,32,40,48,64")
-    s.add_argument("--warmup", type=float, default=300.0, help="virtual seconds discarded per level")
-    s.add_argument("--duration", type=float, default=900.0, help="virtual seconds measured per level")
-    s.add_argument("--think", type=float, default=0.0, help="seconds between a session's turns")
-    s.add_argument("--prompt-tokens", type=int, default=None,
+    s.add_argument("--warmup", type=number(0, MAX_VIRTUAL_SECONDS), default=300.0,
+                   help="virtual seconds discarded per level")
+    s.add_argument("--duration", type=number(0, MAX_VIRTUAL_SECONDS, above=True), default=900.0,
+                   help="virtual seconds measured per level")
+    s.add_argument("--think", type=number(0, MAX_VIRTUAL_SECONDS), default=0.0,
+                   help="seconds between a session's turns")
+    s.add_argument("--prompt-tokens", type=number(1, 10_000_000, integer=True), default=None,
                    help="fixed prompt length (with --output-tokens): a load generator's random prompts, one turn "
                         "each, closed loop without think time, instead of --workload's sessions")
-    s.add_argument("--output-tokens", type=int, default=None, help="fixed answer length (with --prompt-tokens)")
+    s.add_argument("--output-tokens", type=number(1, 10_000_000, integer=True), default=None,
+                   help="fixed answer length (with --prompt-tokens)")
     s.add_argument("--plot", default=None, metavar="FILE.png")
     s.add_argument("--output", choices=("table", "json"), default="table")
     s.set_defaults(func=run_sweep)
 
     v = cmds.add_parser("serve", help="serve a live simulated fleet's /metrics, one port per replica")
     _replica_args(v)
-    v.add_argument("--port", type=int, default=0, help="first port; replica i listens on PORT+i (0: any)")
+    v.add_argument("--port", type=number(0, 65535, integer=True), default=0,
+                   help="first port; replica i listens on PORT+i (0: any)")
     v.add_argument("--host", default="127.0.0.1")
-    v.add_argument("--replicas", type=int, default=1)
-    v.add_argument("--rate", type=float, default=0.02, help="new sessions per virtual second")
+    v.add_argument("--replicas", type=number(1, 64, integer=True), default=1)
+    v.add_argument("--rate", type=number(0, 10_000, above=True), default=0.02, help="new sessions per virtual second")
     v.add_argument("--arrivals", choices=ARRIVALS, default="poisson")
     v.add_argument("--router", choices=ROUTERS, default="session-affinity")
-    v.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall second")
-    v.add_argument("--duration", type=float, default=None, help="wall seconds to serve (default: until ^C)")
+    v.add_argument("--speed", type=number(0, 10_000, above=True), default=1.0, help="virtual seconds per wall second")
+    v.add_argument("--duration", type=number(0, MAX_VIRTUAL_SECONDS, above=True), default=None,
+                   help="wall seconds to serve (default: until ^C)")
     v.add_argument("--targets-file", default=None, help="write Prometheus file_sd targets here")
     v.add_argument("--namespace", default="default")
     v.add_argument("--deployment", default="sim")
@@ -111,20 +123,15 @@ def register(sub: Any) -> None:
     r = cmds.add_parser("replay", help="replay a TIMESTAMP,ContextTokens,GeneratedTokens trace")
     _replica_args(r)
     r.add_argument("--trace", required=True)
-    r.add_argument("--rate-multiplier", type=float, default=1.0)
-    r.add_argument("--start", type=float, default=0.0, help="trace seconds to skip")
-    r.add_argument("--window", type=float, default=None, help="trace seconds to replay (default: all)")
-    r.add_argument("--replicas", type=int, default=1)
+    r.add_argument("--rate-multiplier", type=number(0, 1000, above=True), default=1.0)
+    r.add_argument("--start", type=number(0, MAX_VIRTUAL_SECONDS), default=0.0, help="trace seconds to skip")
+    r.add_argument("--window", type=number(0, MAX_VIRTUAL_SECONDS, above=True), default=None,
+                   help="trace seconds to replay (default: all)")
+    r.add_argument("--replicas", type=number(1, 256, integer=True), default=1)
     r.add_argument("--router", choices=ROUTERS, default="least-outstanding")
     r.add_argument("--records", default=None, metavar="FILE.csv", help="write one row per request")
     r.add_argument("--output", choices=("table", "json"), default="table")
     r.set_defaults(func=run_replay)
-
-
-def _check_positive(**values: float | None) -> None:
-    for name, value in values.items():
-        if value is not None and value <= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be > 0, got {value}")
 
 
 def _fixed_lengths(args: argparse.Namespace) -> tuple[int, int] | None:
@@ -132,16 +139,14 @@ def _fixed_lengths(args: argparse.Namespace) -> tuple[int, int] | None:
         return None
     if args.prompt_tokens is None or args.output_tokens is None:
         raise UserError("--prompt-tokens and --output-tokens go together")
-    if not (1 <= args.prompt_tokens <= 10_000_000 and 1 <= args.output_tokens <= 10_000_000):
-        raise UserError("--prompt-tokens and --output-tokens must be between 1 and 10,000,000")
     return args.prompt_tokens, args.output_tokens
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    _check_positive(duration=args.duration)
-    if args.warmup < 0 or args.think < 0:
-        raise UserError("--warmup and --think must be >= 0")
+    writable_file("--plot", args.plot)
     levels = parse_int_list(args.concurrency, "--concurrency")
+    if max(levels) > CONCURRENCY_MAX:
+        raise UserError(f"--concurrency: at most {CONCURRENCY_MAX} streams, got {max(levels)}")
     config = _replica(args)
     lengths = _fixed_lengths(args)
     traffic, label, think = shape(args.workload), args.workload, args.think
@@ -156,7 +161,7 @@ def run_sweep(args: argparse.Namespace) -> int:
         fit = f", fit {args.fit} ms" if args.fit else ""
         plot(rows, args.plot, f"{args.model} on {args.tp}x {args.gpu}, {label}{fit} (simulated)")
     if args.output == "json":
-        print(json.dumps({"rows": [r.as_json() for r in rows]}, indent=2))
+        print(dump_json({"rows": [r.as_json() for r in rows]}))
     else:
         print(format_table(rows))
         if args.plot:
@@ -165,7 +170,7 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    _check_positive(replicas=args.replicas, rate=args.rate, speed=args.speed, duration=args.duration)
+    writable_file("--targets-file", args.targets_file)
     config = _replica(args)
     rng = random.Random(args.seed)
     traffic = OpenSessions(shape(args.workload), arrivals(args.arrivals, args.rate, rng), seed=args.seed)
@@ -198,7 +203,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    _check_positive(rate_multiplier=args.rate_multiplier, replicas=args.replicas, window=args.window)
+    writable_file("--records", args.records)
     rows = window(load_trace(args.trace), args.start, args.window)  # all of it is checked first
     if not rows:
         raise UserError(f"{args.trace}: no requests in the chosen window")
@@ -229,7 +234,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.records:
         _write_records(Path(args.records), records)
     if args.output == "json":
-        print(json.dumps(result, indent=2))
+        print(dump_json(result))
     else:
         for key, value in result.items():
             print(f"{key:>18}  {value:.4g}" if isinstance(value, float) else f"{key:>18}  {value}")

@@ -26,6 +26,9 @@ KIND = "InferenceDeployment"
 PLURAL = "inferencedeployments"
 
 ALLOWED_TP_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+# The most streams a replica may be given (max-num-seqs): vLLM's own default on GPUs of 70 GiB and more
+# (docs/sources.md). It bounds what one resource's plan costs (docs/reliability.md).
+CONCURRENCY_MAX = 1024
 # Flags the operator sets itself, or that would undo what it sets (more GPUs per replica than TP; any
 # flag at all from a config file); a user arg naming one of them is a spec error, not a silent override.
 OWNED_ARGS: dict[str, tuple[str, ...]] = {
@@ -268,8 +271,8 @@ def _range_rule(what: str) -> dict[str, Any]:
 class ConcurrencyRange(ApiModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_range_rule("concurrency")]})
 
-    min: int | None = Field(default=None, ge=1, le=4096)
-    max: int | None = Field(default=None, ge=1, le=4096)
+    min: int | None = Field(default=None, ge=1, le=CONCURRENCY_MAX)
+    max: int | None = Field(default=None, ge=1, le=CONCURRENCY_MAX)
 
     @model_validator(mode="after")
     def _ordered(self) -> ConcurrencyRange:

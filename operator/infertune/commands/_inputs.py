@@ -1,15 +1,115 @@
-"""Shared argument parsing for the planning commands: catalog names or config.json, samples CSVs."""
+"""Shared argument parsing for the commands: the one validated numeric argument type, output paths
+checked before any work starts, JSON that is always valid JSON, catalog names or config.json, and
+samples CSVs. Every bad input is one line that names the flag (cli.py prints it)."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import math
+import os
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infertune.errors import UserError
 from infertune.model import ModelProfile, load_model, profile_from_hf_config
+from infertune.planner.request import tp_refusal
+
+
+def number(low: float | None = None, high: float | None = None, *, integer: bool = False,
+           above: bool = False, unit: str = "") -> Callable[[str], Any]:
+    """An argparse `type`: a finite number (an integer with `integer`) in [low, high] (low excluded with
+    `above`). argparse names the flag in front of the message and exits 2."""
+    def describe() -> str:
+        kind = "an integer" if integer else "a number"
+        if low is not None and high is not None:
+            return f"{kind} {'above' if above else 'from'} {low:g} {'up to' if above else 'to'} {high:g}{unit}"
+        if low is not None:
+            return f"{kind} {'above' if above else 'of at least'} {low:g}{unit}"
+        return f"{kind} of at most {high:g}{unit}" if high is not None else f"a finite {kind.split()[-1]}"
+
+    def parse(text: str) -> Any:
+        try:
+            value: float = int(text) if integer else float(text)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected {describe()}, got {text!r}") from None
+        if not math.isfinite(value) or (low is not None and (value <= low if above else value < low)) or (
+                high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {describe()}, got {text!r}")
+        return value
+
+    parse.__name__ = "integer" if integer else "number"  # what argparse calls the type in its messages
+    return parse
+
+
+def writable_file(flag: str, path: str | Path | None) -> None:
+    """Fails now, not after minutes of work, when `path` cannot be written: its directory must exist
+    and take a new file, and the path must not be a directory."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UserError(f"{flag}: {target} is a directory, not a file")
+    _probe(flag, target.parent if str(target.parent) else Path("."))
+
+
+def writable_dir(flag: str, path: str | Path | None) -> None:
+    """Fails now when `path` could not hold new files later: an existing directory must take a file;
+    a missing one must have a nearest existing ancestor that is a directory it can be created in.
+    Nothing is created here: a command that fails later leaves no empty directory behind."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.exists():
+        if not target.is_dir():
+            raise UserError(f"{flag}: {target} exists and is not a directory")
+        _probe(flag, target)
+        return
+    ancestor = target.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UserError(f"{flag}: cannot create {target}: {ancestor} is not a directory")
+    _probe(flag, ancestor)
+
+
+def _probe(flag: str, folder: Path) -> None:
+    if not folder.is_dir():
+        raise UserError(f"{flag}: the directory {folder} does not exist")
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".infertune-probe-")
+    except OSError as exc:
+        raise UserError(f"{flag}: cannot write in {folder}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def finite(value: Any) -> Any:
+    """`value` with every NaN or infinity (at any depth) replaced by None, JSON's 'no figure'."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def dump_json(value: Any) -> str:
+    """JSON that any parser reads: a figure that is not finite is null, never NaN or Infinity."""
+    return json.dumps(finite(value), indent=2, allow_nan=False)
+
+
+def check_tp(model: ModelProfile, sizes: tuple[int, ...], flag: str) -> None:
+    """Every TP size must split the model as the engine requires (its attention heads evenly)."""
+    for tp in sizes:
+        why = tp_refusal(model, tp)
+        if why is not None:
+            raise UserError(f"{flag}: {why}")
 
 
 @dataclass(frozen=True)

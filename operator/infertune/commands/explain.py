@@ -11,6 +11,7 @@ from typing import Any
 
 from infertune.api.policy import parse_policy
 from infertune.api.spec import API_VERSION, KIND, parse_spec
+from infertune.commands._inputs import number
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
 from infertune.errors import UserError
@@ -26,7 +27,7 @@ def register(sub: Any) -> None:
     parser.add_argument("-f", "--file", type=Path, help="explain a YAML file offline instead")
     parser.add_argument("--policy", type=Path, help="ServingPolicy YAML for -f (default: policies/<name>.yaml)")
     parser.add_argument("--config-json", type=Path, help="config.json for a configMapRef with -f")
-    parser.add_argument("--top", type=int, default=8, help="rejected layouts to list")
+    parser.add_argument("--top", type=number(0, 1000, integer=True), default=8, help="rejected layouts to list")
     parser.set_defaults(func=handle)
 
 

@@ -8,14 +8,13 @@ with its interval and whether the samples cover it ("fit") or the fit extrapolat
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from infertune.commands._inputs import Samples, parse_int_list, read_samples, resolve_model
+from infertune.commands._inputs import Samples, check_tp, dump_json, number, parse_int_list, read_samples, resolve_model
 from infertune.errors import UserError
 from infertune.model import FitError, fit_per_pass, load_gpu
 from infertune.model.passfit import PassFit, fit_pass
@@ -27,8 +26,9 @@ def register(sub: Any) -> None:
     p.add_argument("--predict", default="1,8,16,32,64", help="batch sizes to predict at (comma-separated)")
     p.add_argument("--model", help="catalog name or config.json: fit the napkin's terms instead of a line")
     p.add_argument("--gpu", default="b200", help="catalog GPU name (with --model)")
-    p.add_argument("--tp", type=int, default=8, help="tensor-parallel size the samples were measured at")
-    p.add_argument("--context-tokens", type=float,
+    p.add_argument("--tp", type=number(1, 64, integer=True), default=8,
+                   help="tensor-parallel size the samples were measured at")
+    p.add_argument("--context-tokens", type=number(0, 10_000_000, above=True),
                    help="tokens each stream attends over, for samples without a context_tokens column and for "
                         "the predictions (default: the samples' median context)")
     p.add_argument("--output", choices=("table", "json"), default="table")
@@ -56,7 +56,7 @@ def _line(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) 
         "samples": fit.samples, "predictions": predictions,
     }
     if args.output == "json":
-        print(json.dumps(result, indent=2))
+        print(dump_json(result))
         return 0
     console = Console()
     console.print(f"per_pass(B) = {result['intercept_ms']:.2f} ms + {result['slope_ms']:.3f} ms x B   "
@@ -73,8 +73,6 @@ def _line(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) 
 def _contexts(args: argparse.Namespace, samples: Samples) -> tuple[list[float], float]:
     """Each sample's context and the context to predict at."""
     given = args.context_tokens
-    if given is not None and not (given > 0 and given < 1e9):
-        raise UserError(f"--context-tokens must be a positive number of tokens, got {given:g}")
     if samples.context_tokens is None:
         if given is None:
             raise UserError(f"{args.samples}: no context_tokens column; give --context-tokens (the tokens each "
@@ -87,9 +85,8 @@ def _contexts(args: argparse.Namespace, samples: Samples) -> tuple[list[float], 
 
 
 def _physics(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) -> int:
-    if args.tp < 1:
-        raise UserError("--tp must be at least 1")
     model, gpu = resolve_model(args.model), load_gpu(args.gpu)
+    check_tp(model, (args.tp,), "--tp")
     contexts, at = _contexts(args, samples)
     try:
         fit = fit_pass(model, gpu, args.tp, samples.batches, samples.seconds, contexts)
@@ -97,7 +94,7 @@ def _physics(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...
         raise UserError(f"{args.samples}: {exc}") from None
     result = physics_json(fit, model, gpu, batches, at)
     if args.output == "json":
-        print(json.dumps(result, indent=2))
+        print(dump_json(result))
         return 0
     _print_physics(fit, result, at, model.name, gpu.name)
     return 0

@@ -8,7 +8,6 @@ not (the reason is in the output), 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infertune.api.observation import Observation, ReplicaObservation
+from infertune.commands._inputs import dump_json, number
 from infertune.errors import UserError
 from infertune.model.early_warning import CliffWarning, PressurePoint, cliff_warning
 from infertune.observe import (
@@ -30,7 +30,7 @@ from infertune.observe import (
     observation_to_dict,
     pressure_point,
 )
-from infertune.observe.http import FetchFailed, source_url
+from infertune.observe.http import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS, FetchFailed, source_url
 
 
 def register(sub: Any) -> None:
@@ -42,14 +42,15 @@ def register(sub: Any) -> None:
     p.add_argument("--namespace", help="only this namespace (pods: the namespace of --targets)")
     p.add_argument("--deployment", help="only this deployment (pods: the deployment of --targets)")
     p.add_argument("--window", default="1m", help="rate window, a Prometheus duration (default 1m)")
-    p.add_argument("--interval", type=float, default=5.0,
+    p.add_argument("--interval", type=number(0, 3600), default=5.0,
                    help="pods: seconds between the two scrapes rates come from (0: gauges only)")
     p.add_argument("--fit-history", default="30m",
                    help="prometheus: how far back the per-pass fit looks (e.g. 30m, 2h; 0 disables)")
     p.add_argument("--token-file", help="file holding a bearer token for Prometheus")
     p.add_argument("--ca", help="CA bundle to verify Prometheus' TLS certificate")
     p.add_argument("--insecure", action="store_true", help="skip TLS verification")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    p.add_argument("--timeout", type=number(TIMEOUT_MIN_SECONDS, TIMEOUT_MAX_SECONDS), default=10.0,
+                   help="seconds per request, all of it (default 10)")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
 
@@ -67,8 +68,6 @@ def _seconds(text: str, flag: str) -> float:
 
 
 def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
-    if args.timeout <= 0:
-        raise UserError("--timeout must be > 0")
     if args.source == "prometheus":
         source_url(args.url or "", "--url")  # one line naming the flag and the rule it breaks
         _seconds(args.window, "--window")
@@ -84,8 +83,6 @@ def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
                                 deployment=args.deployment)
     if not args.targets:
         raise UserError("--targets: at least one host:port is required with --source pods")
-    if args.interval < 0:
-        raise UserError("--interval must be >= 0")
     targets = [PodTarget.parse(t, args.namespace or "default", args.deployment or "default")
                for t in args.targets.split(",") if t.strip()]
     return PodsSource(targets, timeout=args.timeout)
@@ -131,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         keys = [(args.namespace, args.deployment)]  # say why it is missing rather than print nothing
     observations = [snap.get(*k) for k in keys]
     if args.output == "json":
-        print(json.dumps(_as_json(snap, observations, fits), indent=2))
+        print(dump_json(_as_json(snap, observations, fits)))
     else:
         _print(snap, observations, fits)
     trusted = snap.available and all(o.available for o in observations)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -12,7 +11,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from infertune.commands._inputs import parse_int_list, read_samples, resolve_model
+from infertune.api.spec import CONCURRENCY_MAX
+from infertune.commands._inputs import (
+    check_tp,
+    dump_json,
+    number,
+    parse_int_list,
+    read_samples,
+    resolve_model,
+    writable_file,
+)
 from infertune.commands.render import resolve_file
 from infertune.errors import UserError
 from infertune.model import LinearFit, Workload, load_gpu, workload_preset
@@ -21,6 +29,10 @@ from infertune.model.perf import AnyFit
 from infertune.planner import Candidate, Plan, PlanRequest, SloTarget, plan
 
 SHOWN_CONCURRENCY = {1, 2, 4, 8, 12, 16, 24, 32, 36, 40, 48, 64, 96, 128, 192, 256}
+MAX_TOKENS = 10_000_000  # a prompt or answer longer than any model's context
+# A million requests per second is more than any pool this command sizes for (64 replicas of the smallest
+# model each serve a few hundred); beyond it the answer would be a shortfall of billions of GPUs.
+MAX_DEMAND_RPS = 1_000_000.0
 
 
 def register(sub: Any) -> None:
@@ -32,23 +44,26 @@ def register(sub: Any) -> None:
     p.add_argument("--gpu", default="b200")
     p.add_argument("--tp", default="1,2,4,8", help="allowed tensor-parallel sizes")
     p.add_argument("--workload", default="coding-agent", help="coding-agent, chat or batch")
-    p.add_argument("--prompt-tokens", type=float, help="mean prompt tokens (overrides --workload)")
-    p.add_argument("--cached-fraction", type=float, default=0.0, help="share of the prompt served from cache")
-    p.add_argument("--output-tokens", type=float, help="mean generated tokens")
-    p.add_argument("--context-cv", type=float,
+    p.add_argument("--prompt-tokens", type=number(0, MAX_TOKENS, above=True),
+                   help="mean prompt tokens (overrides --workload)")
+    p.add_argument("--cached-fraction", type=number(0, 0.999), default=0.0,
+                   help="share of the prompt served from cache")
+    p.add_argument("--output-tokens", type=number(0, MAX_TOKENS, above=True), help="mean generated tokens")
+    p.add_argument("--context-cv", type=number(0, 10),
                    help="spread of a stream's context, sd/mean (default: the workload's; 0: every context "
                         "the mean, as the load test's averages assume)")
-    p.add_argument("--min-stream-tps", type=float, help="SLO: minimum decode tok/s per stream")
-    p.add_argument("--max-ttft", type=float, help="SLO: maximum TTFT in seconds")
-    p.add_argument("--demand-rps", type=float, help="requests per second to size replicas for")
-    p.add_argument("--price-per-gpu-hour", type=float)
-    p.add_argument("--pool-gpus", type=int, help="GPUs in the node pool")
-    p.add_argument("--max-concurrency", type=int, default=64)
-    p.add_argument("--kv-headroom", type=float, default=0.10, help="fraction of the KV pool kept free")
+    p.add_argument("--min-stream-tps", type=number(0, 100_000, above=True), help="SLO: minimum decode tok/s per stream")
+    p.add_argument("--max-ttft", type=number(0, 3600, above=True), help="SLO: maximum TTFT in seconds")
+    p.add_argument("--demand-rps", type=number(0, MAX_DEMAND_RPS), help="requests per second to size replicas for")
+    p.add_argument("--price-per-gpu-hour", type=number(0, 10_000, above=True))
+    p.add_argument("--pool-gpus", type=number(1, 1_000_000, integer=True), help="GPUs in the node pool")
+    p.add_argument("--max-concurrency", type=number(1, CONCURRENCY_MAX, integer=True), default=64)
+    p.add_argument("--kv-headroom", type=number(0, 0.9), default=0.10, help="fraction of the KV pool kept free")
     p.add_argument("--fit", help="measured line INTERCEPT_MS,SLOPE_MS for --fit-tp "
                                  "(the Kimi B200 load test's: 5.2,1.65)")
     p.add_argument("--samples", help="CSV batch,per_pass_ms[,context_tokens] measured at --fit-tp")
-    p.add_argument("--fit-tp", type=int, default=8, help="the TP the fit or samples were measured at")
+    p.add_argument("--fit-tp", type=number(1, 64, integer=True), default=8,
+                   help="the TP the fit or samples were measured at")
     p.add_argument("--all", action="store_true", help="show every candidate, not a sample of them")
     p.add_argument("--plot", help="write a PNG of the curve with the regions, the cliff and the choice")
     p.add_argument("--output", choices=("table", "json"), default="table")
@@ -59,8 +74,6 @@ def _workload(args: argparse.Namespace) -> Workload:
     workload = _mean_workload(args)
     if args.context_cv is None:
         return workload
-    if args.context_cv < 0:
-        raise UserError("--context-cv must be >= 0")
     return replace(workload, context_cv=args.context_cv)
 
 
@@ -69,10 +82,6 @@ def _mean_workload(args: argparse.Namespace) -> Workload:
         return workload_preset(args.workload)
     if args.prompt_tokens is None or args.output_tokens is None:
         raise UserError("--prompt-tokens and --output-tokens go together")
-    if args.prompt_tokens <= 0 or args.output_tokens <= 0:
-        raise UserError("--prompt-tokens and --output-tokens must be positive")
-    if not 0.0 <= args.cached_fraction < 1.0:
-        raise UserError("--cached-fraction must be in [0, 1)")
     cached = args.prompt_tokens * args.cached_fraction
     return Workload(args.prompt_tokens - cached, cached, args.output_tokens)
 
@@ -85,8 +94,9 @@ def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
             a_ms, b_ms = (float(v) for v in args.fit.split(","))
         except ValueError:
             raise UserError(f"--fit: expected INTERCEPT_MS,SLOPE_MS, got {args.fit!r}") from None
-        if a_ms <= 0 or b_ms < 0:
-            raise UserError("--fit: the intercept must be positive and the slope non-negative")
+        if not (0 < a_ms < 1e5 and 0 <= b_ms < 1e5):
+            raise UserError(f"--fit: the intercept must be a positive and the slope a non-negative number of ms, "
+                            f"got {args.fit!r}")
         return {args.fit_tp: LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, float(args.max_concurrency))}
     if args.samples:
         # The planner fits the napkin's terms to them (model/passfit.py); a row without context_tokens
@@ -101,13 +111,11 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
     if args.file:
         _, resolved = resolve_file(args)
         return resolved.request
-    if not 0.0 <= args.kv_headroom < 1.0:
-        raise UserError("--kv-headroom must be in [0, 1)")
-    if args.max_concurrency < 1:
-        raise UserError("--max-concurrency must be at least 1")
+    model, tp_sizes = resolve_model(args.model), parse_int_list(args.tp, "--tp")
+    check_tp(model, tp_sizes, "--tp")
     return PlanRequest(
-        model=resolve_model(args.model), gpu=load_gpu(args.gpu), workload=_workload(args),
-        slo=SloTarget(args.min_stream_tps, args.max_ttft), tp_sizes=parse_int_list(args.tp, "--tp"),
+        model=model, gpu=load_gpu(args.gpu), workload=_workload(args),
+        slo=SloTarget(args.min_stream_tps, args.max_ttft), tp_sizes=tp_sizes,
         concurrency_max=args.max_concurrency, pool_gpus=args.pool_gpus, kv_headroom=args.kv_headroom,
         price_per_gpu_hour=args.price_per_gpu_hour, demand_rps=args.demand_rps, fits=_fits(args),
     )
@@ -139,7 +147,7 @@ def plan_json(result: Plan) -> dict[str, Any]:
                            "cost_per_million_tokens", "sustainable_rate", "region")}
         choice["replicas"] = result.layout.replicas
     return {
-        "feasible": result.feasible, "reason": result.reason, "choice": choice,
+        "feasible": serves(result), "reason": result.reason, "choice": choice,
         "closest": candidate_json(result.closest) if result.closest else None,
         "demand_rps": result.demand_rps, "capacity_shortfall_gpus": result.capacity_shortfall_gpus,
         "workload": asdict(result.workload),
@@ -147,20 +155,27 @@ def plan_json(result: Plan) -> dict[str, Any]:
     }
 
 
+def serves(result: Plan) -> bool:
+    """Feasible as a user means it: a layout exists and the pool can serve the demand with it."""
+    return result.feasible and result.capacity_shortfall_gpus == 0
+
+
 def run(args: argparse.Namespace) -> int:
+    writable_file("--plot", args.plot)
     request = request_from_args(args)
-    result = plan(request, None, now=0.0)
     if args.plot:
         try:
             from infertune.commands._plan_plot import plot_plan
         except ImportError:
             raise UserError("--plot needs matplotlib: pip install 'infertune[plot]'") from None
+    result = plan(request, None, now=0.0)
+    if args.plot:
         plot_plan(result, request, args.plot)
     if args.output == "json":
-        print(json.dumps(plan_json(result), indent=2))
-        return 0 if result.feasible else 1
+        print(dump_json(plan_json(result)))
+        return 0 if serves(result) else 1
     _print_table(result, show_all=args.all)
-    return 0 if result.feasible else 1
+    return 0 if serves(result) else 1
 
 
 def _print_table(result: Plan, show_all: bool) -> None:
@@ -176,7 +191,7 @@ def _print_table(result: Plan, show_all: bool) -> None:
                       f"{c.kv_working_set_fraction:.0%}", c.region.value, f"{c.cost_per_million_tokens:.3f}",
                       ("CHOSEN" if key == chosen else c.reason.split(":")[0]), style=style)
     console.print(table)
-    if result.feasible and result.layout is not None:
+    if serves(result) and result.layout is not None:
         console.print(f"[bold]choice:[/] {result.reason}")
     else:
         console.print(f"[bold red]infeasible:[/] {result.reason}")

@@ -13,7 +13,8 @@ import yaml
 
 from infertune.actuate.workload import Owner, desired_objects
 from infertune.api.policy import ServingPolicySpec, parse_policy
-from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec, parse_spec
+from infertune.api.spec import API_VERSION, CONCURRENCY_MAX, KIND, InferenceDeploymentSpec, parse_spec
+from infertune.commands._inputs import number
 from infertune.errors import UserError
 from infertune.planner.request import Resolved, resolve, starting_layout
 
@@ -59,19 +60,16 @@ def add_resource_args(parser: argparse.ArgumentParser) -> None:
 def register(sub: Any) -> None:
     parser = sub.add_parser("render", help="print the workload the operator would apply")
     add_resource_args(parser)
-    parser.add_argument("--tp", type=int, help="tensor-parallel size (default: the plan's)")
-    parser.add_argument("--max-num-seqs", type=int, help="max concurrency per replica (default: the plan's)")
-    parser.add_argument("--replicas", type=int, help="replica count (default: the plan's)")
+    parser.add_argument("--tp", type=number(1, 64, integer=True), help="tensor-parallel size (default: the plan's)")
+    parser.add_argument("--max-num-seqs", type=number(1, CONCURRENCY_MAX, integer=True),
+                        help="max concurrency per replica (default: the plan's)")
+    parser.add_argument("--replicas", type=number(0, 1024, integer=True), help="replica count (default: the plan's)")
     parser.set_defaults(func=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     resource, resolved = resolve_file(args)
     layout, _ = starting_layout(resolved, time.time())
-    given = (("--tp", args.tp), ("--max-num-seqs", args.max_num_seqs), ("--replicas", args.replicas))
-    for flag, value in given:
-        if value is not None and value < (0 if flag == "--replicas" else 1):
-            raise UserError(f"{flag}: must be positive, got {value}")
     request = resolved.request
     if args.tp is not None and args.tp not in request.tp_sizes:
         raise UserError(f"--tp: {args.tp} is not one of the resource's tensorParallelSizes "

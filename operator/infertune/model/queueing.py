@@ -64,7 +64,7 @@ def sustainable_rates(slots: FloatArray, grid_concurrency: FloatArray, grid_e2e:
     e2e_rows, ttft_rows = np.atleast_2d(grid_e2e).astype(float), np.atleast_2d(grid_ttft).astype(float)
     servers = slots.astype(np.int64)
     allowed = max(1.0 - percentile / 100.0, 1e-4)
-    if int(servers.max(initial=0)) <= TABLE_MAX_SLOTS:
+    if int(servers.max(initial=0)) <= TABLE_TIERS[-1]:
         busy = _busy_from_table(servers, concurrency, e2e_rows, ttft_rows, ttft_limit, allowed)
     else:
         busy = np.stack([_busy_by_bisection(servers, concurrency, e2e, ttft, ttft_limit, allowed)
@@ -103,18 +103,22 @@ def _busy_by_bisection(servers: npt.NDArray[np.int64], grid_concurrency: FloatAr
 # runs on the table, for every TP at once: the bracket by bisection over the table's loads, the
 # crossing inside it by Newton's method on an interpolant (`_crossing`); within 1e-3 of the direct
 # bisection from 8 slots up, 1e-2 below (tests/unit/test_queueing.py).
-TABLE_MAX_SLOTS = 256  # 257 x 2,049 floats, 4 MiB; larger slot counts take the direct bisection
+TABLE_MAX_SLOTS = 256  # 257 x 2,049 floats, 4 MiB; larger slot counts take the next tier
+# Slot counts up to 1,024 (the CRD's bound on max-num-seqs) take a second table, 1,025 x 8,193 floats
+# (64 MiB, built in ~0.5 s), made only when a resource asks for more than 256 slots: the direct
+# bisection costs O(slots^2) memory a step (38 s and 530 MB for 7 TPs x 4,096 slots).
+TABLE_TIERS = (TABLE_MAX_SLOTS, 1024)
 _LOADS_PER_SLOT = 8
 
 
-@lru_cache(maxsize=1)
-def _log_erlang_c_table() -> FloatArray:
-    """log C(c, l / 8) for c = 0..TABLE_MAX_SLOTS (rows) and l = 0..8 TABLE_MAX_SLOTS (columns)."""
-    loads = np.arange(TABLE_MAX_SLOTS * _LOADS_PER_SLOT + 1) / _LOADS_PER_SLOT
-    table = np.zeros((TABLE_MAX_SLOTS + 1, loads.size))
+@lru_cache(maxsize=len(TABLE_TIERS))
+def _log_erlang_c_table(max_slots: int = TABLE_MAX_SLOTS) -> FloatArray:
+    """log C(c, l / 8) for c = 0..max_slots (rows) and l = 0..8 max_slots (columns)."""
+    loads = np.arange(max_slots * _LOADS_PER_SLOT + 1) / _LOADS_PER_SLOT
+    table = np.zeros((max_slots + 1, loads.size))
     blocking = np.ones(loads.size)
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in range(1, TABLE_MAX_SLOTS + 1):  # Erlang B over servers, for every load at once
+        for k in range(1, max_slots + 1):  # Erlang B over servers, for every load at once
             blocking = loads * blocking / (k + loads * blocking)
             waits = k * blocking / (k - loads * (1.0 - blocking))
             table[k] = np.log(np.where(loads >= k, 1.0, np.clip(np.nan_to_num(waits), 0.0, 1.0)))
@@ -127,7 +131,8 @@ class _Tabulated:
 
     def __init__(self, servers: npt.NDArray[np.int64], concurrency: FloatArray, e2e_rows: FloatArray,
                  ttft_rows: FloatArray, ttft_limit: float | None, allowed: float) -> None:
-        table = _log_erlang_c_table()
+        most = int(servers.max(initial=0))
+        table = _log_erlang_c_table(next(tier for tier in TABLE_TIERS if most <= tier))
         self.width = table.shape[1]
         self.table = table.ravel()
         columns = int(servers.max(initial=0)) * _LOADS_PER_SLOT + 1

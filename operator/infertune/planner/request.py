@@ -150,9 +150,39 @@ def _slo(spec: InferenceDeploymentSpec) -> SloTarget:
     )
 
 
+def tp_refusal(model: ModelProfile, tp: int) -> str | None:
+    """Why vLLM (and SGLang) would refuse to start `model` at TP `tp`, or None: each rank must hold
+    the same number of attention heads, and of KV heads, which are split when there are more of them
+    than ranks and replicated (each by the same count) when there are fewer."""
+    heads = model.attention_heads
+    if tp < 1 or heads % tp:
+        return f"TP{tp} does not divide the {heads} attention heads of {model.name} (the engine refuses it)"
+    kv = model.kv_heads if model.attention == "gqa" else 0
+    if kv and (kv % tp if tp <= kv else tp % kv):
+        return (f"TP{tp} neither divides nor is a multiple of the {kv} KV heads of {model.name} (the engine "
+                "refuses it)")
+    return None
+
+
+def _tp_sizes(spec: InferenceDeploymentSpec, model: ModelProfile) -> tuple[int, ...]:
+    """The TP sizes to plan over: the spec's (each must suit the model), else the defaults that suit it."""
+    given = spec.tuning.tensor_parallel_sizes
+    if given:
+        for index, tp in enumerate(given):
+            why = tp_refusal(model, tp)
+            if why is not None:
+                raise SpecError(f"spec.tuning.tensorParallelSizes[{index}]: {why}")
+        return tuple(sorted(set(given)))
+    sizes = tuple(tp for tp in DEFAULT_TP_SIZES if tp_refusal(model, tp) is None)
+    if not sizes:
+        raise SpecError(f"spec.tuning.tensorParallelSizes: none of {', '.join(map(str, DEFAULT_TP_SIZES))} suits "
+                        f"{model.name} ({model.attention_heads} attention heads); list the sizes that do")
+    return sizes
+
+
 def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSpec) -> PlanRequest:
     t = spec.tuning
-    tp_sizes = tuple(sorted(set(t.tensor_parallel_sizes or DEFAULT_TP_SIZES)))
+    tp_sizes = _tp_sizes(spec, model)
     conc, reps = t.concurrency, t.replicas
     hw = spec.hardware
     demand = spec.workload.expected_requests_per_second if spec.workload else None
