@@ -109,6 +109,17 @@ def test_operator_command_line() -> None:
     assert not any(a.startswith(("--metrics-port", "--prometheus-url")) for a in bare)
 
 
+def test_the_allow_list_reaches_the_operator_as_flags_it_reads() -> None:
+    from infertune.cli import build_parser
+
+    urls = ["https://prometheus.monitoring.svc:9090/", "https://thanos.observability.svc/prom"]
+    args = _args(render({"prometheus": {"allowedUrls": urls}}))
+    assert [a for a in args if a.startswith("--allowed-prometheus-url")] == [
+        f"--allowed-prometheus-url={u}" for u in urls]
+    parsed = build_parser().parse_args(["run", *args])
+    assert parsed.allowed_prometheus_url == urls
+
+
 def test_pod_runs_non_root_on_a_read_only_root_filesystem() -> None:
     pod = one(render(), "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
@@ -208,6 +219,7 @@ SCHEMA_REJECTS = [
     ({"operator": {"watchNamespaces": ["Bad_Name"]}}, "/operator/watchNamespaces/0"),
     ({"serviceMonitor": {"interval": "soon"}}, "/serviceMonitor/interval"),
     ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"prometheus": {"allowedUrls": ["http://p:9090/?query=up"]}}, "/prometheus/allowedUrls/0"),
 ]
 
 
