@@ -113,10 +113,10 @@ def test_the_allow_list_reaches_the_operator_as_flags_it_reads() -> None:
     from infertune.cli import build_parser
 
     urls = ["https://prometheus.monitoring.svc:9090/", "https://thanos.observability.svc/prom"]
-    args = _args(render({"prometheus": {"allowedUrls": urls}}))
-    assert [a for a in args if a.startswith("--allowed-prometheus-url")] == [
-        f"--allowed-prometheus-url={u}" for u in urls]
-    parsed = build_parser().parse_args(["run", *args])
+    allowed = [a for a in _args(render({"prometheus": {"allowedUrls": urls}}))
+               if a.startswith("--allowed-prometheus-url")]
+    assert allowed == [f"--allowed-prometheus-url={u}" for u in urls]
+    parsed = build_parser().parse_args(["run", *allowed])
     assert parsed.allowed_prometheus_url == urls
 
 
