@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
+
+from tests import fuzz_tally
+
+# `HYPOTHESIS_PROFILE=fuzz` runs the fuzz tests (tests/unit/test_fuzz.py) at ten times their examples,
+# as docs/reliability.md reports them; the default keeps `make test` within its budget.
+settings.register_profile("default", deadline=None)
+settings.register_profile("fuzz", deadline=None, max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # The real Prometheus and the canned scrape targets, for any test that asks for them by name.
 pytest_plugins = ["tests.prometheus_fixture"]
@@ -20,3 +31,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "kube" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    fuzz_tally.write()

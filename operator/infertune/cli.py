@@ -47,7 +47,7 @@ class Parser(argparse.ArgumentParser):
     parent)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,23 +79,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except InfertuneError as exc:
-        print(f"infertune {args.command}: error: {exc}", file=sys.stderr)
+        print(f"infertune {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path the user named: missing, unreadable, not writable, disk full
         if isinstance(exc, BrokenPipeError):  # `infertune plan ... | head` closed the pipe early: not an error
             sys.stderr.close()
             return 0
-        where = f" {exc.filename}" if exc.filename else ""
-        print(f"infertune {args.command}: error:{where} {exc.strerror or exc}", file=sys.stderr)
+        detail = f"{exc.filename or ''} {exc.strerror or exc}"
+        print(f"infertune {args.command}: error: {_one_line(detail)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug: one line for the user, the traceback only when asked for
         if os.environ.get(TRACEBACK_ENV):
             raise
-        print(f"infertune {args.command}: internal error: {type(exc).__name__}: {exc} (a bug; rerun with "
+        print(f"infertune {args.command}: internal error: {type(exc).__name__}: {_one_line(str(exc))} (a bug; "
+              f"rerun with "
               f"{TRACEBACK_ENV}=1 for the traceback, and please report it)", file=sys.stderr)
         return 1
+
+
+def _one_line(message: str) -> str:
+    """A message as one line, whatever a file or a value it quotes held (a newline, a tab)."""
+    return " ".join(message.split()) if message else message
 
 
 if __name__ == "__main__":

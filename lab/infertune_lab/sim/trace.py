@@ -69,7 +69,7 @@ def load_trace(path: str | Path) -> list[TraceRow]:
         names = [h.strip() for h in header]
         missing = [c for c in COLUMNS if c not in names]
         if missing:
-            raise TraceError(f"{p}:1: missing column(s) {', '.join(missing)} (header: {','.join(names)})")
+            raise TraceError(f"{p}:1: missing column(s) {', '.join(missing)} (header: {','.join(names)[:200]!r})")
         idx = [names.index(c) for c in COLUMNS]
         stamps: list[tuple[float, int, int]] = []
         for line_no, row in enumerate(reader, start=2):

@@ -6,6 +6,7 @@ Parameter counts are derived from the architecture, because config.json does not
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,14 +18,19 @@ class ConfigError(CatalogError):
 
 
 _DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0, "float8_e4m3fn": 1.0}
+# No count in a config.json (layers, widths, heads, experts, vocabulary) comes near this; a bigger one,
+# or NaN or infinity, is not a model (and would overflow the arithmetic).
+_COUNT_MAX = 10**9
 
 
 def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int:
     for key in keys:
         if key in cfg and cfg[key] is not None:
             value = cfg[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigError(f"config.json field {key!r} must be a non-negative number, got {value!r}")
+            if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+                    or not 0 <= value <= _COUNT_MAX):
+                raise ConfigError(f"config.json field {key!r} must be a number from 0 to {_COUNT_MAX:,}, "
+                                  f"got {repr(value)[:40]}")
             return int(value)
     if default is not None:
         return default
@@ -100,7 +106,7 @@ def profile_from_hf_config(cfg: Mapping[str, Any], name: str, kv_bytes_per_eleme
     total = layers * attn_params + ffn_params + embeddings
     active = layers * attn_params + active_ffn + embeddings
 
-    window = cfg.get("sliding_window")
+    window = _int(cfg, "sliding_window", default=0)
     layer_types = cfg.get("layer_types")
     sliding_layers = 0
     if window and isinstance(layer_types, list):
@@ -114,7 +120,7 @@ def profile_from_hf_config(cfg: Mapping[str, Any], name: str, kv_bytes_per_eleme
         active_params=float(active), weight_bytes_per_param=dense_bpp, kv_bytes_per_element=kv_bytes_per_element,
         compute_dtype=compute, kv_heads=kv_heads, head_dim=head_dim, kv_lora_rank=kv_lora, rope_head_dim=rope,
         moe=moe, expert_bytes_per_param=expert_bpp,
-        sliding_window=int(window) if window and sliding_layers else None, sliding_layers=sliding_layers,
+        sliding_window=window if window and sliding_layers else None, sliding_layers=sliding_layers,
         hf_id=str(cfg.get("_name_or_path", "")),
     )
     try:

@@ -31,6 +31,10 @@ class PayloadError(SourceError):
     """The payload is not the Prometheus text format."""
 
 
+# A KV pool of more tokens than this is no replica's (the largest node holds a few million).
+CAPACITY_TOKENS_MAX = 1_000_000_000
+
+
 @dataclass
 class Histogram:
     total: float = 0.0
@@ -109,7 +113,7 @@ def read_samples(samples: Iterable[Sample]) -> Reading:
             _add_gauge(gauges[name], fig.key, value)
         elif fig.kind == "info":
             blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
-            if blocks.isdigit() and size.isdigit():
+            if blocks.isdigit() and size.isdigit() and 0 < int(blocks) * int(size) <= CAPACITY_TOKENS_MAX:
                 capacity = int(blocks) * int(size)
         elif fig.kind == "counter":
             counters[name][fig.key] = counters[name].get(fig.key, 0.0) + value
@@ -120,7 +124,10 @@ def read_samples(samples: Iterable[Sample]) -> Reading:
             elif part == "_count":
                 hist.count += value
             else:
-                le = float(labels.get("le", "nan"))
+                try:
+                    le = float(labels.get("le", "nan"))
+                except ValueError:
+                    raise PayloadError("a histogram bucket's bound (le) is not a number") from None
                 if not math.isnan(le):
                     hist.buckets[le] = hist.buckets.get(le, 0.0) + value
     reading = Reading(duplicate=duplicate, capacity_tokens=capacity)
@@ -139,5 +146,5 @@ def read_samples(samples: Iterable[Sample]) -> Reading:
             reading.histograms[fig.key] = chosen_h[fig.key]
     if reading.capacity_tokens is None and "capacity_tokens" in reading.gauges:
         cap = reading.gauges["capacity_tokens"]
-        reading.capacity_tokens = int(cap) if math.isfinite(cap) else None
+        reading.capacity_tokens = int(cap) if math.isfinite(cap) and 0 < cap <= CAPACITY_TOKENS_MAX else None
     return reading

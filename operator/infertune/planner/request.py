@@ -144,7 +144,7 @@ def _slo(spec: InferenceDeploymentSpec) -> SloTarget:
         return SloTarget()
     ttft, floor = slo.ttft, slo.min_stream_tokens_per_second
     return SloTarget(
-        min_stream_tps=None if floor is None else float(floor),
+        min_stream_tps=float(floor) if floor else None,  # a floor of 0 tok/s is no floor
         max_ttft_seconds=parse_duration(ttft.limit, "spec.slo.ttft.limit") if ttft and ttft.limit else None,
         ttft_percentile=ttft.percentile if ttft and ttft.percentile else 95,
     )
@@ -190,9 +190,10 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
     return PlanRequest(
         model=model, gpu=gpu, workload=_workload(spec), slo=_slo(spec), tp_sizes=tp_sizes,
         concurrency_min=(conc.min if conc and conc.min else 1),
-        concurrency_max=(conc.max if conc and conc.max else 256),
+        # A default bound never contradicts a bound the spec gives (min 300 alone: max 300, not 256).
+        concurrency_max=(conc.max if conc and conc.max else max(256, conc.min or 1 if conc else 1)),
         replicas_min=(reps.min if reps and reps.min is not None else 1),
-        replicas_max=(reps.max if reps and reps.max else 64),
+        replicas_max=(reps.max if reps and reps.max else max(64, reps.min or 1 if reps else 1)),
         pool_gpus=hw.pool_gpus,
         kv_headroom=headroom / 100,
         price_per_gpu_hour=None if hw.price_per_gpu_hour is None else parse_decimal(
