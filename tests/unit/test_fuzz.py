@@ -42,6 +42,7 @@ from infertune.planner import PlanRequest, SloTarget, plan
 from infertune.planner.request import resolve, starting_layout, tp_refusal
 from infertune_lab.sim.trace import load_trace
 from tests.fuzz_tally import tally
+from tests.prometheus_fixture import EnginePayload
 from tests.unit.test_crds_schema import admission_errors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,12 +56,16 @@ REQUEST = PlanRequest(model=KIMI, gpu=B200, workload=workload_preset("coding-age
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 # --- values a tenant or a payload may hold --------------------------------------------------------------
-numbers_text = st.one_of(
+# Mostly what an engine would send, now and then anything: so that both the accepting and the refusing
+# paths are exercised (a generator that only produces garbage tests only the first check).
+nasty_text = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
-    st.sampled_from(["NaN", "+Inf", "-Inf", "1e308", "-1e308", "-0", "0", "1", "0.5", "5.0", "-3", "1e9", "1e12",
-                     "garbage", "", "0x1F", "1_0"]),
+    st.sampled_from(["NaN", "+Inf", "-Inf", "1e308", "-1e308", "-0", "-3", "1e9", "1e12", "garbage", "", "0x1F"]),
     st.integers(-10**6, 10**6).map(str),
 )
+plausible_text = st.one_of(st.floats(0, 1).map(repr), st.floats(0, 500).map(repr), st.integers(0, 5000).map(str))
+numbers_text = st.sampled_from([False] * 10 + [True] + [False] * 9).flatmap(
+    lambda nasty: nasty_text if nasty else plausible_text)
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(allow_nan=True),
                       st.text(max_size=16))
 json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3)
@@ -149,17 +154,32 @@ SOURCE = PrometheusSource("http://prometheus.example:9090")
 NAMES = ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage", "up"]
 
 
+def rarely(common: Any, rare: st.SearchStrategy[Any], one_in: int = 20) -> st.SearchStrategy[Any]:
+    """`common` (a value), except about one time in `one_in`: a draw from `rare`. The rare pick sits in
+    the middle of the choices, because hypothesis favours the ends of a range (and shrinks to the first)."""
+    choices = [False] * one_in
+    choices[one_in // 2] = True
+    return st.sampled_from(choices).flatmap(lambda pick: rare if pick else st.just(common))
+
+
+def one_in(n: int) -> st.SearchStrategy[bool]:
+    return rarely(False, st.just(True), n)
+
+
 @st.composite
-def series(draw: st.DrawFn, query: Any) -> dict[str, Any]:
-    metric = {"namespace": "ns", "deployment": draw(st.sampled_from(["d", "d", "other"])),
-              "pod": draw(st.sampled_from(["d-0", "d-1", "Not A Pod!"]))}
+def series(draw: st.DrawFn, query: Any, pod: str) -> dict[str, Any]:
+    metric = {"namespace": "ns", "deployment": draw(rarely("d", st.just("other"), 100)),
+              "pod": draw(rarely(pod, st.sampled_from(["d-2", "Not A Pod!"]), 100))}
     if query.shape == "identity":
-        metric["__name__"] = draw(st.sampled_from(NAMES))
+        metric["__name__"] = draw(rarely("vllm:kv_cache_usage_perc", st.sampled_from(NAMES)))
+        return {"metric": metric, "value": [1_700_000_000.0, draw(rarely("1", nasty_text))]}
     if query.shape == "buckets":
-        metric["le"] = draw(st.sampled_from(["0.1", "1", "5", "+Inf", "x"]))
+        metric["le"] = draw(rarely(draw(st.sampled_from(["0.1", "1", "5", "+Inf"])), st.just("x"), 200))
     if query.shape == "cache_config":
-        metric |= {"num_gpu_blocks": draw(st.sampled_from(["10000", "0", "-1", "9" * 30, "x"])),
-                   "block_size": draw(st.sampled_from(["16", "0", "x"]))}
+        metric |= {"num_gpu_blocks": draw(rarely("10000", st.sampled_from(["0", "-1", "9" * 30, "x"]))),
+                   "block_size": draw(rarely("16", st.sampled_from(["0", "x"])))}
+    if query.key == "sample_time":
+        return {"metric": metric, "value": [1_700_000_000.0, draw(rarely("1700000000", nasty_text))]}
     return {"metric": metric, "value": [1_700_000_000.0, draw(numbers_text)]}
 
 
@@ -167,9 +187,9 @@ def series(draw: st.DrawFn, query: Any) -> dict[str, Any]:
 def answers(draw: st.DrawFn) -> list[bytes]:
     docs = []
     for query in SOURCE.queries:
-        doc: Any = {"status": "success", "data": {"resultType": "vector",
-                                                  "result": draw(st.lists(series(query), max_size=3))}}
-        if draw(st.integers(0, 60)) == 0:  # now and then, not the API's shape at all
+        result = [draw(series(query, pod)) for pod in ("d-0", "d-1") if not draw(one_in(100))]
+        doc: Any = {"status": "success", "data": {"resultType": "vector", "result": result}}
+        if draw(one_in(400)):  # very rarely, not the API's shape at all
             doc = draw(json_value)
         docs.append(json.dumps(doc).encode())
     return docs
@@ -211,30 +231,44 @@ def test_any_prometheus_answer_is_a_fault_or_figures_in_their_physical_range(doc
 # --- /metrics text ---------------------------------------------------------------------------------------
 METRIC_NAMES = [n for f in (*GAUGES, *COUNTERS) for n in f.names] + [
     f"{n}{part}" for f in HISTOGRAMS for n in f.names for part in ("_sum", "_count", "_bucket")]
+nasty_float = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, -1.0, 1e308, -1e9, 5.0]),
+                        st.floats(allow_nan=True, allow_infinity=True))
 
 
 @st.composite
-def payloads(draw: st.DrawFn) -> str:
-    lines = []
-    for _ in range(draw(st.integers(0, 40))):
-        if draw(st.integers(0, 15)) == 0:
-            lines.append(draw(st.text(max_size=30)).replace("\n", " "))
-            continue
-        name = draw(st.sampled_from([*METRIC_NAMES, "vllm:cache_config_info"]))
-        labels = 'engine="0"'
-        if name.endswith("_bucket"):
-            labels += f',le="{draw(st.sampled_from(["0.1", "1", "+Inf", "x"]))}"'
-        if name == "vllm:cache_config_info":
-            labels += ',block_size="16",num_gpu_blocks="10000"'
-        lines.append(f"{name}{{{labels}}} {draw(numbers_text)}")
-    return "\n".join(lines) + "\n"
+def engine(draw: st.DrawFn) -> EnginePayload:
+    """An engine's cumulative metrics: a plausible replica, with now and then a figure no engine reports."""
+    return EnginePayload(
+        dialect=draw(rarely("vllm", st.just("sglang"), 4)),
+        running=draw(rarely(float(draw(st.integers(0, 64))), nasty_float)),
+        waiting=draw(rarely(float(draw(st.integers(0, 20))), nasty_float)),
+        kv_usage=draw(rarely(draw(st.floats(0, 1)), nasty_float)),
+        num_gpu_blocks=draw(rarely(10_000, st.sampled_from([0, 10**20]))))
+
+
+@st.composite
+def payloads(draw: st.DrawFn) -> list[str]:
+    """Two scrapes of one pod: the payload now and after `gap` seconds of traffic (rates come from both)."""
+    payload = draw(engine())
+    first = payload.text()
+    traffic = {"rps": draw(rarely(draw(st.floats(0, 5)), nasty_float)),
+               "itl_s": draw(rarely(draw(st.floats(0.005, 0.2)), st.sampled_from([1e-7, 1e6, math.nan]))),
+               "preempt_rps": draw(rarely(0.0, st.floats(0, 1), 5))}
+    payload.advance(draw(st.floats(1.0, 60.0)), **traffic)
+    second = payload.text()
+    if draw(one_in(30)):  # a line that is not the text format, or a duplicated series
+        junk = draw(st.sampled_from([*METRIC_NAMES, "junk"]))
+        second += f"{junk}{{le=\"{draw(st.sampled_from(['x', '1']))}\"}} {draw(numbers_text)}\n"
+    if draw(one_in(40)):
+        second += draw(st.text(max_size=30)).replace("\n", " ") + "\n"
+    return [first, second]
 
 
 @FUZZ
-@given(st.lists(payloads(), min_size=4, max_size=4), st.floats(0.5, 60.0))
-def test_any_metrics_payload_is_a_fault_or_figures_in_their_physical_range(texts: list[str], gap: float) -> None:
+@given(st.lists(payloads(), min_size=2, max_size=2), st.floats(0.5, 60.0))
+def test_any_metrics_payload_is_a_fault_or_figures_in_their_physical_range(pods: list[list[str]], gap: float) -> None:
     now = [1_700_000_000.0]
-    served = {"d-0": texts[:2], "d-1": texts[2:]}
+    served = {"d-0": pods[0], "d-1": pods[1]}
     source = PodsSource([PodTarget(*KEY, pod, f"http://{pod}:8000/metrics") for pod in served],
                         clock=lambda: now[0], fetch=lambda t: served[t.pod].pop(0))
     expected = {KEY: Expected(frozenset(served), 2, LIMITS)}
@@ -248,15 +282,19 @@ def test_any_metrics_payload_is_a_fault_or_figures_in_their_physical_range(texts
 
 
 # --- CSV and JSON files ------------------------------------------------------------------------------------
-cells = st.one_of(numbers_text, st.text(alphabet=",\"\n x", max_size=4))
+bad_cell = st.one_of(nasty_text, st.text(alphabet=",\"\n x", max_size=4))
 
 
 @st.composite
 def samples_csv(draw: st.DrawFn) -> str:
-    header = draw(st.sampled_from(["batch,per_pass_ms", "batch,per_pass_ms,context_tokens", "batch,latency",
-                                   " batch , per_pass_ms ", ""]))
+    header = draw(rarely("batch,per_pass_ms", st.sampled_from(["batch,per_pass_ms,context_tokens", "batch,latency",
+                                                               " batch , per_pass_ms ", ""]), 3))
     width = header.count(",") + 1
-    rows = [",".join(draw(cells) for _ in range(width)) for _ in range(draw(st.integers(0, 12)))]
+    rows = []
+    for _ in range(draw(st.integers(0, 12))):
+        batch = draw(st.integers(1, 256))
+        good = [str(batch), repr(5.2 + 1.65 * batch * draw(st.floats(0.8, 1.2))), str(draw(st.integers(0, 10**6)))]
+        rows.append(",".join(draw(rarely(good[i] if i < 3 else "1", bad_cell, 40)) for i in range(width)))
     return "\n".join([header, *rows]) + "\n"
 
 
@@ -279,10 +317,13 @@ def test_a_samples_csv_is_refused_in_one_line_or_fitted(text: str, extra: list[s
 
 @st.composite
 def trace_csv(draw: st.DrawFn) -> str:
-    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"] if draw(st.integers(0, 8)) else [draw(st.text(max_size=20))]
-    stamp = st.one_of(numbers_text, st.sampled_from(["2023-11-16 18:17:03.9799600", "2023-13-45 99:99:99", "now"]))
+    rows = [draw(rarely("TIMESTAMP,ContextTokens,GeneratedTokens", st.text(max_size=20), 10))]
+    clock = 0.0
     for _ in range(draw(st.integers(0, 10))):
-        rows.append(f"{draw(stamp)},{draw(cells)},{draw(cells)}")
+        clock += draw(st.floats(0, 5))
+        good = [f"{clock:.3f}", str(draw(st.integers(0, 100_000))), str(draw(st.integers(0, 5_000)))]
+        bad = st.one_of(bad_cell, st.sampled_from(["2023-11-16 18:17:03.9799600", "2023-13-45 99:99:99", "now"]))
+        rows.append(",".join(draw(rarely(cell, bad, 30)) for cell in good))
     return "\n".join(rows) + "\n"
 
 

@@ -143,9 +143,12 @@ def _slo(spec: InferenceDeploymentSpec) -> SloTarget:
     if slo is None:
         return SloTarget()
     ttft, floor = slo.ttft, slo.min_stream_tokens_per_second
+    limit = parse_duration(ttft.limit, "spec.slo.ttft.limit") if ttft and ttft.limit else None
+    if limit is not None and limit <= 0:
+        raise SpecError(f"spec.slo.ttft.limit: {ttft.limit!r} can never be met; give a limit above 0" if ttft else "")
     return SloTarget(
         min_stream_tps=float(floor) if floor else None,  # a floor of 0 tok/s is no floor
-        max_ttft_seconds=parse_duration(ttft.limit, "spec.slo.ttft.limit") if ttft and ttft.limit else None,
+        max_ttft_seconds=limit,
         ttft_percentile=ttft.percentile if ttft and ttft.percentile else 95,
     )
 
