@@ -143,6 +143,13 @@ def parse_int_list(value: str, flag: str) -> tuple[int, ...]:
     return items
 
 
+# What a load test can measure: no replica runs more streams than this, no pass takes a minute, no
+# context is longer than ten million tokens.
+SAMPLE_BATCH_MAX = 100_000
+SAMPLE_PASS_MS_MAX = 60_000
+SAMPLE_CONTEXT_MAX = 10_000_000
+
+
 def read_samples(path: str) -> Samples:
     """Reads `batch,per_pass_ms[,context_tokens]`; a bad row is an error that names its line."""
     try:
@@ -168,9 +175,11 @@ def read_samples(path: str) -> Samples:
             except ValueError:
                 raise UserError(f"{path}: line {line}: not a number in {row}") from None
             if not all(math.isfinite(v) for v in (batch, per_pass, context)) or not (
-                    batch > 0 and per_pass > 0 and context >= 0):
-                raise UserError(f"{path}: line {line}: batch and per_pass_ms must be finite and positive "
-                                f"(context_tokens >= 0), got {row}")
+                    0 < batch <= SAMPLE_BATCH_MAX and 0 < per_pass <= SAMPLE_PASS_MS_MAX
+                    and 0 <= context <= SAMPLE_CONTEXT_MAX):
+                raise UserError(f"{path}: line {line}: batch must be in (0, {SAMPLE_BATCH_MAX:,}], per_pass_ms in "
+                                f"(0, {SAMPLE_PASS_MS_MAX:,}] and context_tokens in [0, {SAMPLE_CONTEXT_MAX:,}], "
+                                f"got {row}")
             batches.append(batch)
             seconds.append(per_pass / 1e3)
             contexts.append(context)

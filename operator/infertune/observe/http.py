@@ -139,7 +139,7 @@ class Client:
         self.max_bytes = max_bytes
         self.limit = limit
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._tls = tls_context(ca_path, insecure)
+        self._ca_path, self._insecure = ca_path, insecure
         self._session: aiohttp.ClientSession | None = None
         self._gate: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -147,8 +147,10 @@ class Client:
     def _open(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop or self._gate is None:
-            # trust_env off: a proxy from the environment would be a second, unchecked route.
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.limit, ssl=self._tls),
+            # trust_env off: a proxy from the environment would be a second, unchecked route. The TLS
+            # context (the system's CAs, or the resource's) is made here, once per session, not per source.
+            tls = tls_context(self._ca_path, self._insecure)
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.limit, ssl=tls),
                                                   trust_env=False, auto_decompress=True)
             self._gate, self._loop = asyncio.Semaphore(self.limit), loop
         return self._session, self._gate
