@@ -52,6 +52,7 @@ class CycleOutcome:
     plan: Plan
     decision: Decision
     apply: Layout | None  # the layout to apply now (Auto mode only), None to leave the workload be
+    max_surge: int  # the rollout strategy to render it with
     action: Action  # what the operator did: the decision's action, or Hold when the mode held it
     reason: OutcomeReason
     status: dict[str, Any]
@@ -96,7 +97,9 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     request = inp.resolved.request
     if inp.fits:
         request = replace(request, fits=dict(inp.fits))
-    state = replace(st.state_from_status(inp.status), rolling_out=inp.workload is not None and inp.workload.mid_rollout)
+    workload = inp.workload
+    state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
+                    rollout_surge=1 if workload is None else workload.max_surge)
     the_plan = plan(request, inp.observation, inp.now)
     decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)
     mode = _mode_action(inp, decision)
@@ -145,5 +148,6 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     if target is not None:
         events.append(("Normal", mode.reason, f"applying TP{target.tensor_parallel_size} max-num-seqs "
                                               f"{target.max_num_seqs} x{target.replicas}: {mode.message}"))
-    return CycleOutcome(the_plan, decision, target, mode.action, mode.reason, st.wire_status(fields),
+    surge = decision.rollout.max_surge if decision.rollout is not None and target is not None else state.rollout_surge
+    return CycleOutcome(the_plan, decision, target, surge, mode.action, mode.reason, st.wire_status(fields),
                         tuple(events))

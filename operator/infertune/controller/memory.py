@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infertune.actuate.workload import INPUT_HASH, WorkloadKind, layout_of_workload
+from infertune.actuate.workload import INPUT_HASH, WorkloadKind, layout_of_workload, max_surge_of
 from infertune.controller.status import WorkloadState
 
 Key = tuple[str, str]
@@ -33,7 +33,8 @@ class MemoryCluster:
         if layout is None:
             return None
         ready = min(self.ready.get(key, layout.replicas), layout.replicas)
-        return WorkloadState(desired=layout.replicas, ready=ready, updated=ready, layout=layout)
+        return WorkloadState(desired=layout.replicas, ready=ready, updated=ready, layout=layout,
+                             max_surge=max(max_surge_of(obj or {}) or 1, 1))
 
     def serving_policy(self, name: str) -> Mapping[str, Any] | None:
         return self.policies.get(name)

@@ -203,7 +203,8 @@ class Reconciler:
         layout = starting_layout(resolved, now)[0] if running is None else pinned(running, resolved.spec)
         changed = False
         if not held:
-            changed = self.cluster.apply(desired_objects(resource.owner, resolved.spec, layout, gpus_per_node))
+            surge = 1 if workload is None else workload.max_surge
+            changed = self.cluster.apply(desired_objects(resource.owner, resolved.spec, layout, gpus_per_node, surge))
             if changed:
                 workload = self.cluster.workload(resource.key, workload_kind(layout, gpus_per_node))
         self.metrics.expect(resource.key, _expected(workload))
@@ -260,7 +261,8 @@ class Reconciler:
                                        resolved, status, obs, memory.fits(), now, warning, workload,
                                        memory.to_status()))
         if outcome.apply is not None:
-            self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node))
+            self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node,
+                                               outcome.max_surge))
             self.metrics.expect(key, _expected(workload).after_scaling_to(outcome.apply.replicas))
         report.status(outcome.status)
         self.telemetry.record(resource.namespace, resource.name, outcome, obs, now, warning)

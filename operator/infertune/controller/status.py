@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from infertune.actuate.workload import layout_of_workload, workload_kind
+from infertune.actuate.workload import layout_of_workload, max_surge_of, workload_kind
 from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
 from infertune.api.status import MAX_DECISIONS, InferenceDeploymentStatus
@@ -85,6 +85,7 @@ class WorkloadState:
     # What the workload runs, read from its replicas and its pod template's layout annotations: the
     # truth the operator acts from, whatever its status last recorded.
     layout: Layout | None = None
+    max_surge: int = 1  # the rollout strategy it rolls with
 
     @property
     def mid_rollout(self) -> bool:
@@ -99,7 +100,7 @@ class WorkloadState:
         return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
                    updated=status.get("updatedReplicas"),
                    current=generation is None or seen is None or int(seen) >= int(generation),
-                   layout=layout_of_workload(dict(obj)))
+                   layout=layout_of_workload(dict(obj)), max_surge=max(max_surge_of(dict(obj)) or 1, 1))
 
 
 def ready_condition(workload: WorkloadState | None, applied: bool) -> ConditionUpdate:
