@@ -167,6 +167,16 @@ class LayoutGrid:
         return out
 
     @property
+    def unmeasured(self) -> npt.NDArray[np.bool_]:
+        """Rows whose per-stream speed is judged at the interval's slow end: a fit beyond its samples, and
+        every row of a calibration carried from another TP (this TP never ran, and a floor missed there
+        costs a restart to mend). The bare napkin, with nothing measured anywhere, keeps its point: its
+        band would reject every layout before the first sample."""
+        if self.source == "calibrated-napkin":
+            return np.ones(self.concurrency.shape, dtype=bool)
+        return self.extrapolated
+
+    @property
     def kv_working_set_fraction(self) -> FloatArray:
         if self.kv_capacity_tokens <= 0:
             return np.full_like(self.concurrency, math.inf)
@@ -361,6 +371,8 @@ class PerformanceModel:
         seconds = p.seconds
         if pessimistic and p.source == "fit":
             seconds = np.where(p.covers, p.seconds, p.high)
+        elif pessimistic and p.source == "calibrated-napkin":
+            seconds = p.high
         tps: FloatArray = 1.0 / seconds
         return tps
 

@@ -24,6 +24,7 @@ from infertune.model.early_warning import (
     cliff_warning,
     working_set_ratio,
 )
+from infertune.model.forecast import MINUTE, MinuteDemand
 from infertune.observe.figures import DeploymentKey
 from infertune.observe.snapshot import Snapshot
 
@@ -64,11 +65,16 @@ _Timed = TypeVar("_Timed", PressurePoint, ShapePoint)
 
 
 class PressureHistory:
-    def __init__(self, horizon_seconds: float = 900.0, max_points: int = 512) -> None:
+    def __init__(self, horizon_seconds: float = 900.0, max_points: int = 512,
+                 demand_horizon_seconds: float = 3 * 3600.0) -> None:
         self.horizon = horizon_seconds
         self.max_points = max_points
+        self.demand_horizon = demand_horizon_seconds
         self._points: dict[DeploymentKey, deque[PressurePoint]] = {}
         self._shapes: dict[DeploymentKey, deque[ShapePoint]] = {}
+        # Minute bins of the demand, [start, sum, count]: a few hours of a resource in ~200 numbers,
+        # for the burst quantile and the trend (model/forecast.py).
+        self._demand: dict[DeploymentKey, deque[list[float]]] = {}
 
     def record(self, snapshot: Snapshot, resident_tokens: float = 0.0) -> None:
         """Adds every available observation; faulted ones add nothing (missing is not zero)."""
@@ -83,6 +89,9 @@ class PressureHistory:
             shape = shape_point(obs)
             if shape is not None:
                 self._keep(self._shapes.setdefault(key, deque(maxlen=self.max_points)), shape)
+            demand = obs.demand_rate
+            if demand is not None:
+                self._add_demand(key, obs.sample_time, demand)
 
     def _keep(self, recent: deque[_Timed], item: _Timed) -> None:
         """Appends `item` and drops what is older than the horizon before it."""
@@ -90,12 +99,28 @@ class PressureHistory:
         while recent and recent[0].time < item.time - self.horizon:
             recent.popleft()
 
+    def _add_demand(self, key: DeploymentKey, time: float, rate: float) -> None:
+        bins = self._demand.setdefault(key, deque())
+        start = time - time % MINUTE
+        if bins and bins[-1][0] == start:
+            bins[-1][1] += rate
+            bins[-1][2] += 1
+        else:
+            bins.append([start, rate, 1.0])
+        while bins and bins[0][0] < time - self.demand_horizon:
+            bins.popleft()
+
+    def demand_minutes(self, key: DeploymentKey) -> tuple[MinuteDemand, ...]:
+        """The mean demand of each recent minute, oldest first."""
+        return tuple(MinuteDemand(start, total / count) for start, total, count in self._demand.get(key, ()))
+
     def points(self, key: DeploymentKey) -> tuple[PressurePoint, ...]:
         return tuple(self._points.get(key, ()))
 
     def forget(self, key: DeploymentKey) -> None:
         self._points.pop(key, None)
         self._shapes.pop(key, None)
+        self._demand.pop(key, None)
 
     def settled(self, key: DeploymentKey, obs: Observation) -> Observation:
         """`obs` with its request shape averaged over the horizon (weighted by completions); as it
