@@ -166,10 +166,9 @@ def _trend(recent: Sequence[MinuteDemand], now: float, horizon_s: float, level: 
     if spread <= 0:
         return None
     stderr = math.sqrt(float(np.sum(residual ** 2)) / max(len(points) - 2, 1) / spread)
-    if stderr > 0:
-        significant = slope / stderr >= TREND_T_STAT
-    else:  # a perfect line: significant when it moves at all over a load
-        significant = slope * horizon_s > 0.01 * max(level, 1e-9)
+    # A perfect line (no residual) is significant when it moves at all over a load.
+    significant = (slope / stderr >= TREND_T_STAT if stderr > 0
+                   else slope * horizon_s > 0.01 * max(level, 1e-9))
     if slope <= 0 or not significant:
         return None
     ahead = float(intercept + slope * horizon_s)
