@@ -10,14 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infertune.controller.status import profile_from_status, profile_to_status
-from infertune.model.forecast import MinuteDemand, SeasonalProfile, outlook
+from infertune.model.forecast import DemandPoint, SeasonalProfile, outlook
 
 NOW = 1_767_225_600.0 + 10 * 3600  # 10:00 UTC on a Thursday
 LOAD = 900.0
 
 
-def minutes(rates: list[float], end: float = NOW) -> list[MinuteDemand]:
-    return [MinuteDemand(end - 60.0 * (len(rates) - i), r) for i, r in enumerate(rates)]
+def minutes(rates: list[float], end: float = NOW) -> list[DemandPoint]:
+    """One poll a minute (a 900 s load reads minute bins)."""
+    return [DemandPoint(end - 60.0 * (len(rates) - i), r) for i, r in enumerate(rates)]
 
 
 def test_bursty_traffic_keeps_the_capacity_its_bursts_took_and_smooth_traffic_does_not():

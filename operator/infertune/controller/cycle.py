@@ -19,7 +19,7 @@ from infertune.api.observation import MetricsFault, Observation
 from infertune.api.spec import TuningMode
 from infertune.controller import status as st
 from infertune.model.early_warning import CliffWarning
-from infertune.model.forecast import MinuteDemand, SeasonalProfile, outlook
+from infertune.model.forecast import DemandPoint, SeasonalProfile, outlook
 from infertune.model.perf import AnyFit, PerformanceModel
 from infertune.planner import Decision, Plan, decide, next_state, plan
 from infertune.planner.request import Resolved, pinned
@@ -46,7 +46,7 @@ class CycleInput:
     warning: CliffWarning | None = None  # the cliff early warning from the pressure history
     workload: st.WorkloadState | None = None  # the owned workload's rollout, for Ready
     fit_samples: Mapping[str, Any] | None = None  # FitMemory.to_status(), kept across restarts
-    demand_minutes: tuple[MinuteDemand, ...] = ()  # the recent demand, minute by minute (the hub's)
+    demand_points: tuple[DemandPoint, ...] = ()  # the demand each recent poll saw (the hub's)
     profile: SeasonalProfile | None = None  # the demand learnt by hour and day
     profile_status: Mapping[str, Any] | None = None  # written to status when given (not every cycle)
 
@@ -105,7 +105,7 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
                     rollout_surge=1 if workload is None else workload.max_surge)
     current = None if inp.observation is None else inp.observation.demand_rate
-    look = None if current is None else outlook(current, inp.demand_minutes, inp.profile, inp.now,
+    look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
                                                 request.guardrails.model_load_seconds)
     the_plan = plan(request, inp.observation, inp.now, look)
     decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)

@@ -48,7 +48,7 @@ from infertune.controller.status import (
 from infertune.controller.telemetry import Telemetry
 from infertune.errors import SpecError, StatusError
 from infertune.model.early_warning import CliffWarning
-from infertune.model.forecast import MinuteDemand, SeasonalProfile
+from infertune.model.forecast import DemandPoint, SeasonalProfile
 from infertune.observe.figures import Expected
 from infertune.observe.fitmemory import FitMemory, FitSample
 from infertune.planner.request import Resolved, pinned, resolve, starting_layout
@@ -99,7 +99,7 @@ class Metrics(Protocol):
 
     def take_fit_samples(self, key: Key, since: float) -> list[FitSample]: ...
 
-    def demand_minutes(self, key: Key) -> tuple[MinuteDemand, ...]: ...
+    def demand_points(self, key: Key) -> tuple[DemandPoint, ...]: ...
 
     def forget(self, key: Key) -> None: ...
 
@@ -274,7 +274,7 @@ class Reconciler:
         profile, profile_status = self._profile(resource, obs, now)
         outcome = run_cycle(CycleInput(resource.namespace, resource.name, resource.generation, resource.paused,
                                        resolved, status, obs, memory.fits(), now, warning, workload,
-                                       memory.to_status(), self.metrics.demand_minutes(key), profile,
+                                       memory.to_status(), self.metrics.demand_points(key), profile,
                                        profile_status))
         if outcome.apply is not None:
             self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node,

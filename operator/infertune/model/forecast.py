@@ -6,12 +6,16 @@ never met at all. Four figures are read from the resource's recent demand, and t
 the largest:
 
 - **current**: the rate now (served requests plus the waiting queue drained over a minute);
-- **burst**: a high quantile of the minute means over the recent past (at least two model loads):
+- **burst**: a high quantile of the binned demand over the recent past (at least two model loads):
   traffic that bursts keeps the capacity its bursts took, smooth traffic gets little more than its mean;
-- **trend**: the minute means' least-squares line carried one model load ahead, when the slope is
-  significant (a ramp is met when it arrives, not a load later);
+- **trend**: the bins' least-squares line carried one model load ahead, when the slope is significant
+  (a ramp is met when it arrives, not a load later);
 - **seasonal**: the level now times the ratio of the learnt daily and weekly profile at now + load to
   its value now (the morning ramp of yesterday predicts today's).
+
+The demand is read in bins a quarter of a model load wide (5 s to a minute): a burst shorter than a
+bin is what the queueing model's slack absorbs, one longer than a load is what scaling follows, and
+the bins in between are what standing capacity must hold.
 
 Nothing here holds capacity back: a fall in demand is released by the scale-down stabilisation
 window (planner/guardrails.py), never by a forecast.
@@ -27,15 +31,16 @@ import numpy as np
 
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86_400.0
-# Minute means are what the burst quantile and the trend read: shorter windows are noise the
-# queueing model already covers, longer ones hide the bursts.
-MINUTE = 60.0
+BIN_PER_LOAD = 0.25
+BIN_MIN_S, BIN_MAX_S = 5.0, 60.0
 BURST_QUANTILE = 0.98
-# The burst quantile reads at least this far back (and at least two model loads).
-BURST_WINDOW_MIN_S = 1800.0
-MIN_BURST_MINUTES = 5
-# A trend needs this many minutes and a slope this many standard errors above zero.
-MIN_TREND_MINUTES = 6
+# The burst quantile reads this many bins back (and at least two model loads), once it has a few.
+BURST_WINDOW_BINS = 30
+MIN_BURST_BINS = 5
+# A trend reads this many bins back (and at least one load), needs a few, and a slope this many
+# standard errors above zero.
+TREND_WINDOW_BINS = 10
+MIN_TREND_BINS = 6
 TREND_T_STAT = 2.0
 # A trend or a season may ask for at most this multiple of the level now.
 MAX_GROWTH = 3.0
@@ -45,11 +50,27 @@ PROFILE_MEMORY_SAMPLES = 360
 
 
 @dataclass(frozen=True)
-class MinuteDemand:
-    """The mean demand (requests/s) of one minute."""
+class DemandPoint:
+    """The demand (requests/s) one poll saw."""
 
-    start: float
+    time: float
     rate: float
+
+
+def bin_seconds(horizon_s: float) -> float:
+    """How wide the demand is binned for a resource whose capacity takes `horizon_s` to arrive."""
+    return min(max(BIN_PER_LOAD * horizon_s, BIN_MIN_S), BIN_MAX_S)
+
+
+def binned(points: Sequence[DemandPoint], width: float) -> list[DemandPoint]:
+    """The mean demand of each `width`-second bin (stamped with its start), oldest first."""
+    sums: dict[float, list[float]] = {}
+    for p in points:
+        if math.isfinite(p.time) and math.isfinite(p.rate) and p.rate >= 0:
+            entry = sums.setdefault(p.time - p.time % width, [0.0, 0.0])
+            entry[0] += p.rate
+            entry[1] += 1.0
+    return [DemandPoint(start, total / count) for start, (total, count) in sorted(sums.items())]
 
 
 @dataclass(frozen=True)
@@ -129,16 +150,17 @@ class DemandOutlook:
         return max(figures, key=lambda k: -math.inf if figures[k] is None else float(figures[k] or 0.0))
 
 
-def outlook(current: float, minutes: Sequence[MinuteDemand], profile: SeasonalProfile | None, now: float,
+def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProfile | None, now: float,
             horizon_s: float) -> DemandOutlook:
     """The four figures for a resource whose capacity takes `horizon_s` to arrive."""
-    recent = [m for m in minutes if now - m.start <= max(BURST_WINDOW_MIN_S, 2.0 * horizon_s)
-              and math.isfinite(m.rate) and m.rate >= 0]
+    width = bin_seconds(horizon_s)
+    bins = [b for b in binned(points, width)
+            if now - b.time <= max(BURST_WINDOW_BINS * width, 2.0 * horizon_s)]
     burst = None
-    if len(recent) >= MIN_BURST_MINUTES:
-        burst = float(np.quantile([m.rate for m in recent], BURST_QUANTILE))
-    level = _level(recent, current)
-    trend = _trend(recent, now, horizon_s, level)
+    if len(bins) >= MIN_BURST_BINS:
+        burst = float(np.quantile([b.rate for b in bins], BURST_QUANTILE))
+    level = _level(bins, current)
+    trend = _trend(bins, now, horizon_s, level, width)
     seasonal = None
     if profile is not None and not profile.empty:
         here, there = profile.level_at(now), profile.level_at(now + horizon_s)
@@ -147,19 +169,19 @@ def outlook(current: float, minutes: Sequence[MinuteDemand], profile: SeasonalPr
     return DemandOutlook(current, burst, trend, seasonal, horizon_s)
 
 
-def _level(recent: Sequence[MinuteDemand], current: float) -> float:
-    """The demand level now: the last five minutes' mean, or the current figure without them."""
-    last = sorted(recent, key=lambda m: m.start)[-5:]
-    return sum(m.rate for m in last) / len(last) if last else current
+def _level(bins: Sequence[DemandPoint], current: float) -> float:
+    """The demand level now: the last five bins' mean, or the current figure without them."""
+    last = list(bins)[-5:]
+    return sum(b.rate for b in last) / len(last) if last else current
 
 
-def _trend(recent: Sequence[MinuteDemand], now: float, horizon_s: float, level: float) -> float | None:
-    window = max(600.0, horizon_s)
-    points = [m for m in recent if now - m.start <= window]
-    if len(points) < MIN_TREND_MINUTES:
+def _trend(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: float, width: float) -> float | None:
+    window = max(TREND_WINDOW_BINS * width, horizon_s)
+    points = [b for b in bins if now - b.time <= window]
+    if len(points) < MIN_TREND_BINS:
         return None
-    t = np.array([m.start for m in points]) - now
-    y = np.array([m.rate for m in points])
+    t = np.array([b.time for b in points]) - now
+    y = np.array([b.rate for b in points])
     slope, intercept = np.polyfit(t, y, 1)
     residual = y - (intercept + slope * t)
     spread = float(np.sum((t - t.mean()) ** 2))

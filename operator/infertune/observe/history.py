@@ -24,7 +24,7 @@ from infertune.model.early_warning import (
     cliff_warning,
     working_set_ratio,
 )
-from infertune.model.forecast import MINUTE, MinuteDemand
+from infertune.model.forecast import DemandPoint
 from infertune.observe.figures import DeploymentKey
 from infertune.observe.snapshot import Snapshot
 
@@ -62,6 +62,7 @@ def shape_point(obs: Observation) -> ShapePoint | None:
 
 
 _Timed = TypeVar("_Timed", PressurePoint, ShapePoint)
+DEMAND_POINTS = 360
 
 
 class PressureHistory:
@@ -72,9 +73,9 @@ class PressureHistory:
         self.demand_horizon = demand_horizon_seconds
         self._points: dict[DeploymentKey, deque[PressurePoint]] = {}
         self._shapes: dict[DeploymentKey, deque[ShapePoint]] = {}
-        # Minute bins of the demand, [start, sum, count]: a few hours of a resource in ~200 numbers,
-        # for the burst quantile and the trend (model/forecast.py).
-        self._demand: dict[DeploymentKey, deque[list[float]]] = {}
+        # The demand each poll saw, for the burst quantile and the trend (model/forecast.py): bounded in
+        # count (an hour and a half at 15 s polls) as well as in time.
+        self._demand: dict[DeploymentKey, deque[DemandPoint]] = {}
 
     def record(self, snapshot: Snapshot, resident_tokens: float = 0.0) -> None:
         """Adds every available observation; faulted ones add nothing (missing is not zero)."""
@@ -100,19 +101,14 @@ class PressureHistory:
             recent.popleft()
 
     def _add_demand(self, key: DeploymentKey, time: float, rate: float) -> None:
-        bins = self._demand.setdefault(key, deque())
-        start = time - time % MINUTE
-        if bins and bins[-1][0] == start:
-            bins[-1][1] += rate
-            bins[-1][2] += 1
-        else:
-            bins.append([start, rate, 1.0])
-        while bins and bins[0][0] < time - self.demand_horizon:
-            bins.popleft()
+        points = self._demand.setdefault(key, deque(maxlen=DEMAND_POINTS))
+        points.append(DemandPoint(time, rate))
+        while points and points[0].time < time - self.demand_horizon:
+            points.popleft()
 
-    def demand_minutes(self, key: DeploymentKey) -> tuple[MinuteDemand, ...]:
-        """The mean demand of each recent minute, oldest first."""
-        return tuple(MinuteDemand(start, total / count) for start, total, count in self._demand.get(key, ()))
+    def demand_points(self, key: DeploymentKey) -> tuple[DemandPoint, ...]:
+        """The demand each recent poll saw, oldest first."""
+        return tuple(self._demand.get(key, ()))
 
     def points(self, key: DeploymentKey) -> tuple[PressurePoint, ...]:
         return tuple(self._points.get(key, ()))
