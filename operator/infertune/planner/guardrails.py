@@ -413,10 +413,6 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
         return _act(ctx, checks)
     trusted = held.checks[-1].name != "metrics" and ctx.current is not None
     held = replace(held, running_wanted=ctx.current.replicas if trusted and ctx.current is not None else None)
-    if held.reason == DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY:
-        room = _make_room(ctx, checks)
-        if room is not None:
-            return room
     if held.reason not in _RELAYOUT_HOLDS or ctx.current is None or applied is None:
         return held
     fallback = replace(ctx, proposed=ctx.current)
@@ -428,42 +424,6 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     shape = f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs}"
     return replace(scaled, recommended=plan.layout, running_wanted=ctx.current.replicas,
                    message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
-
-
-def _make_room(ctx: _Context, checks: list[Check]) -> Decision | None:
-    """Every cheaper shape needs more room than the pool has beside the old pods the demand's bursts
-    keep: the running shape first drops to what the demand needs now, so that the next cycle rolls the
-    cheaper shape in, all its new pods at once. A burst within that one model load meets less capacity;
-    in exchange the demand is served with fewer GPUs ever after, where waiting would keep the pool full
-    for good. Only once a whole stabilisation window of demand figures exists (so the new shape is sized
-    for the bursts that window saw), while the SLO is met, no rollout runs, and the saving beats the
-    rollout's cost."""
-    applied, plan, rails = ctx.applied, ctx.plan, ctx.rails
-    if applied is None or ctx.slo_missed or ctx.state.rolling_out or ctx.applied_unsafe:
-        return None
-    seen = [t for t, _ in ctx.state.recent_recommendations]
-    if not seen or ctx.now - min(seen) < stabilization_window(rails):
-        return None
-    needed_now = plan.sized(applied, now_only=True)
-    if needed_now is None or needed_now.replicas >= applied.replicas:
-        return None
-    rollout = reachable(plan, needed_now, running_safe=False, keep=needed_now.replicas,
-                        load_seconds=rails.model_load_seconds)
-    if rollout is None or rollout.waves > 1:
-        return None
-    price_per_gpu_second = _price(ctx) / 3600.0
-    baseline = ctx.current or applied
-    saving = (baseline.gpus - rollout.planned.gpus) * price_per_gpu_second * rails.relayout_horizon_s
-    if saving <= rollout.extra_gpu_seconds * price_per_gpu_second:
-        return None
-    new = rollout.planned
-    message = (f"{applied.replicas} -> {needed_now.replicas} replica(s) of TP{applied.tensor_parallel_size} "
-               f"max-num-seqs {applied.max_num_seqs}, what the demand needs now, to make room for TP"
-               f"{new.tensor_parallel_size} max-num-seqs {new.max_num_seqs} x{new.replicas}: it then "
-               f"{rollout.describe()}, and saves ${saving:.2f} over {rails.relayout_horizon_s:.0f} s; a burst "
-               f"within that load meets the smaller fleet")
-    return Decision(Action.SCALE_DOWN, needed_now, plan.layout, DecisionReason.MAKING_ROOM, message, tuple(checks),
-                    ctx.now)
 
 
 def _kept(plan: Plan, state: PlannerState, applied: Layout, current: Layout | None, unsafe: bool,

@@ -26,8 +26,6 @@ class Sizing:
     replicas_min: int = 1
     replicas_max: int = 64
     pool_gpus: int | None = None
-    # The demand now, with the same headroom but without the bursts, trend or season the outlook adds.
-    current_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,14 +57,13 @@ class Plan:
     def candidates(self) -> list[Candidate]:
         return self.table.rows()
 
-    def sized(self, shape: Layout, over_line: bool = False, now_only: bool = False) -> Layout | None:
+    def sized(self, shape: Layout, over_line: bool = False) -> Layout | None:
         """`shape`'s TP and concurrency with the replicas this demand needs. None when that shape
         cannot run safely at all (weights, pool, or, unless `over_line`, a mean working set over the
         KV headroom line). A new shape must keep the working set's tail under the line; a running one
         is torn down only when its mean crosses it, so a request shape drifting across the tail test
         does not restart every replica. A shape that only misses the SLO by the model's estimate is
-        still sized, since the engine's own figures judge that. `now_only` sizes for the demand now
-        rather than the outlook's."""
+        still sized, since the engine's own figures judge that."""
         table = self.table
         hit = np.flatnonzero((table.tp == shape.tensor_parallel_size) & (table.concurrency == shape.max_num_seqs))
         if hit.size == 0:
@@ -75,7 +72,7 @@ class Plan:
         if Verdict(int(table.verdict[row])) in _UNSAFE or (table.kv_fraction[row] > table.headroom_line
                                                            and not over_line):
             return None
-        demand = self.sizing.current_rps if now_only else self.sizing.demand_rps
+        demand = self.sizing.demand_rps
         low, high, pool = self.sizing.replicas_min, self.sizing.replicas_max, self.sizing.pool_gpus
         if pool is not None:
             high = min(high, pool // shape.tensor_parallel_size)
@@ -141,7 +138,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     demand = observed_demand(request, observation, outlook)
     feasible = np.flatnonzero(table.verdict == Verdict.FEASIBLE)
     if feasible.size == 0:
-        return _infeasible(request, table, workload, demand, now, observation)
+        return _infeasible(request, table, workload, demand, now)
 
     tp = table.tp[feasible]
     rate = _rates(table, feasible)
@@ -175,18 +172,14 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
-        closest=None, decided_at=now, sizing=_sizing(request, demand, observation), ranked=ranked,
+        closest=None, decided_at=now, sizing=_sizing(request, demand), ranked=ranked,
         headroom_gpus=headroom_gpus,
     )
 
 
-def _sizing(request: PlanRequest, demand: float | None, observation: Observation | None) -> Sizing:
-    def with_headroom(rate: float | None) -> float | None:
-        return None if rate is None or rate <= 0 else rate * (1.0 + request.demand_headroom)
-
-    now = observation.demand_rate if observation is not None else None
-    return Sizing(with_headroom(demand), request.replicas_min, request.replicas_max, request.pool_gpus,
-                  with_headroom(now) if now is not None else with_headroom(demand))
+def _sizing(request: PlanRequest, demand: float | None) -> Sizing:
+    wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
+    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus)
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
@@ -212,7 +205,7 @@ def _why(choice: Candidate, replicas: int, demand: float | None, shortfall: int,
 
 
 def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload, demand: float | None,
-                now: float, observation: Observation | None) -> Plan:
+                now: float) -> Plan:
     closest = None
     if len(table):
         i = int(np.lexsort((table.tp, table.shortfall))[0])
@@ -226,5 +219,5 @@ def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload,
     return Plan(
         feasible=False, reason=reason, choice=None, layout=None, table=table, workload=workload,
         demand_rps=demand, needed_replicas=None, capacity_shortfall_gpus=0, closest=closest, decided_at=now,
-        sizing=_sizing(request, demand, observation),
+        sizing=_sizing(request, demand),
     )
