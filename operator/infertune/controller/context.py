@@ -20,6 +20,7 @@ from infertune.api.observation import Observation
 from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.spec import parse_spec
 from infertune.controller.sources import (
+    Ref,
     Route,
     SourceRegistry,
     SourceSpec,
@@ -52,6 +53,7 @@ class OperatorContext:
     clock: Callable[[], float] = time.time
     telemetry: Telemetry = field(default_factory=Telemetry)
     metrics_window: str = "1m"
+    default_token: Ref | None = None  # (kind, namespace, name, key) of the default Prometheus' token
     expected: dict[Key, Expected] = field(default_factory=dict)
     fit_memories: dict[Key, FitMemory] = field(default_factory=dict)
     routes: dict[Key, Route] = field(default_factory=dict)
@@ -63,7 +65,7 @@ class OperatorContext:
     _last_fit_history: dict[SourceSpec, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.sources = SourceRegistry(self.kube, self.source, self.metrics_window)
+        self.sources = SourceRegistry(self.kube, self.source, self.metrics_window, self.default_token)
 
     # --- reading ---------------------------------------------------------------------------------
     def observation(self, key: Key) -> Observation | None:

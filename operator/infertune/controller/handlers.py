@@ -108,7 +108,6 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix="infertune.io", key="last-handled-configuration")
         settings.posting.level = logging.WARNING  # our own Events carry the reasons; not kopf's chatter
-        settings.peering.name = "infertune"
         ctx: OperatorContext = memo.ctx
         # Always: resources may name their own Prometheus, or the Pods source, without a default one.
         memo.poller = asyncio.create_task(ctx.poll_forever())
