@@ -86,6 +86,7 @@ def install(cluster: EmulatedCluster, scenario: str) -> None:
     cluster.console.run(f"kubectl create namespace {NAMESPACE}".split())
     cluster.console.run(["helm", "install", RELEASE, "charts/infertune", "-n", NAMESPACE,
                          "-f", f"charts/infertune/ci/{scenario}-values.yaml"])
+    cluster.console.run("kubectl apply -f policies/".split())  # the example uses coding-agent
 
 
 def check_probes_and_metrics(cluster: EmulatedCluster, pods: list[Pod]) -> None:
@@ -118,9 +119,13 @@ def _get(url: str) -> str | None:
         return None
 
 
-def apply_example(cluster: EmulatedCluster, namespace: str, name: str = "kimi-k2") -> dict[str, Any]:
+def apply_example(cluster: EmulatedCluster, namespace: str, name: str = "kimi-k2",
+                  metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The example, in `namespace`; `metrics` replaces its spec.metrics (its own Prometheus URL)."""
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"] |= {"namespace": namespace, "name": name}
+    if metrics is not None:
+        doc["spec"]["metrics"] = metrics
     cluster.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     applied: dict[str, Any] = cluster.kube.apply(doc)
     return applied
@@ -145,6 +150,10 @@ def reconciled(cluster: EmulatedCluster, namespace: str, name: str = "kimi-k2",
     assert conditions["InvalidSpec"]["status"] == "False"
     assert infd["status"]["observedGeneration"] == 1
     return infd
+
+
+def infd_now(cluster: EmulatedCluster, namespace: str, name: str = "kimi-k2") -> dict[str, Any]:
+    return cluster.kube.get(f"/apis/infertune.io/v1alpha1/namespaces/{namespace}/inferencedeployments/{name}") or {}
 
 
 def operator_requests(cluster: EmulatedCluster, pod: Pod | None = None) -> list[dict[str, Any]]:
@@ -198,11 +207,14 @@ def test_what_the_chart_renders_runs(cluster: EmulatedCluster, scenario: str) ->
     assert len(pods) == deployment["spec"]["replicas"]
     check_probes_and_metrics(cluster, pods)
     watched = (values.get("operator") or {}).get("watchNamespaces") or ["inference"]
-    apply_example(cluster, watched[0])
-    infd = reconciled(cluster, watched[0])
+    args = container["args"]
+    # The operator's default Prometheus when the chart gives one (the example names its own), else
+    # the pods themselves (no-monitoring: "every InferenceDeployment uses spec.metrics.source: Pods").
+    default_prometheus = any(a.startswith("--prometheus-url=") for a in args)
+    apply_example(cluster, watched[0], metrics={"source": "Prometheus" if default_prometheus else "Pods"})
+    reconciled(cluster, watched[0])
     if values.get("tests", {}).get("enabled", True):
         cluster.console.run(["helm", "test", RELEASE, "-n", NAMESPACE])
-    args = container["args"]
     for pod in pods:
         lines = log_lines(pod)
         if "--log-format=json" in args:
@@ -211,14 +223,20 @@ def test_what_the_chart_renders_runs(cluster: EmulatedCluster, scenario: str) ->
             assert any(json.loads(line).get("severity") == "debug" for line in lines)
     if any(a.startswith("--prometheus-token-secret=") for a in args):
         secret = next(a for a in args if a.startswith("--prometheus-token-secret=")).split("=", 1)[1]
-        reads = [e for e in operator_requests(cluster) if e.get("resource") == "secrets"]
-        assert reads and {(e["namespace"], e["name"], e["code"]) for e in reads} == {(NAMESPACE, secret, 200)}
-        metrics = next(c for c in infd["status"]["conditions"] if c["type"] == "MetricsAvailable")
-        assert metrics["status"] in ("False", "Unknown")  # the ha scenario's Prometheus does not exist here
-    # RBAC: the operator never needed more than the chart grants (a 403 would show a missing rule),
-    # except listing Namespaces, which kopf tries and does without when namespaced.
+        # The first poll of the default Prometheus reads the token (every --poll-seconds, 15 s).
+        reads = wait_for("the operator reads its Prometheus token", lambda: [
+            e for e in operator_requests(cluster) if e.get("resource") == "secrets"], 45)
+        assert {(e["namespace"], e["name"], e["code"]) for e in reads} == {(NAMESPACE, secret, 200)}
+        # That Prometheus does not exist here: the resource says so, with the URL from the chart.
+        url = next(a for a in args if a.startswith("--prometheus-url=")).split("=", 1)[1]
+        metrics = wait_for("MetricsAvailable=False", lambda: next(
+            (c for c in (infd_now(cluster, watched[0]).get("status") or {}).get("conditions", [])
+             if c["type"] == "MetricsAvailable" and c["status"] == "False"), None), 45)
+        assert url.split("//")[1].split(":")[0] in metrics["message"], metrics
+    # RBAC: the operator never needed more than the chart grants (a 403 shows a missing rule; a
+    # namespaced kopf refused Namespaces retried for a minute before it started).
     denied = {(e["verb"], e.get("resource")) for e in operator_requests(cluster) if e["code"] == 403}
-    assert denied <= {("list", "namespaces"), ("watch", "namespaces")}, denied
+    assert not denied, denied
 
 
 # --- high availability -----------------------------------------------------------------------------
@@ -276,8 +294,10 @@ def test_a_namespaced_operator_touches_nothing_outside_its_namespaces(cluster: E
     assert left_alone["metadata"].get("annotations") == outside["metadata"].get("annotations")
     assert cluster.kube.get("/apis/apps/v1/namespaces/inference/deployments/kimi-k2") is None
     touched = {e.get("namespace") for e in operator_requests(cluster) if e.get("verb") and e["code"] < 400}
-    # Cluster-scoped reads (None) are ServingPolicies and CRDs; every namespaced one is a watched one.
+    # Cluster-scoped reads (None) are ServingPolicies, CRDs and Namespaces' names; every namespaced
+    # request is in a watched namespace.
     assert touched <= {None, *watched}, touched
-    cluster_scoped = {e["resource"] for e in operator_requests(cluster)
+    cluster_scoped = {(e["resource"], e["verb"]) for e in operator_requests(cluster)
                       if e.get("verb") and e.get("namespace") is None and e["code"] < 400}
-    assert cluster_scoped <= {"servingpolicies", "customresourcedefinitions"}, cluster_scoped
+    assert {r for r, _ in cluster_scoped} <= {"servingpolicies", "customresourcedefinitions", "namespaces"}
+    assert {v for _, v in cluster_scoped} <= {"get", "list", "watch"}, cluster_scoped
