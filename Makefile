@@ -7,12 +7,13 @@ STAMP   := $(VENV)/.installed
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PKGS := prometheus
 
-.PHONY: demo test lint bench deps system-deps crds clean
+.PHONY: demo test unit lint bench deps system-deps crds clean
 
-$(STAMP): pyproject.toml
+# The operator (pyproject.toml) and its lab (lab/pyproject.toml: the twin, the demo, the benchmark).
+$(STAMP): pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,plot]' -e ./lab
 	touch $(STAMP)
 
 # Debian's Prometheus and promtool are real components of the tests and the demo.
@@ -24,12 +25,16 @@ system-deps:
 deps: $(STAMP) system-deps
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff check operator lab tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 test: deps lint
 	$(BIN)/pytest -q -p no:cacheprovider tests
+
+# The fast loop: the pure unit tests only (no Prometheus, no emulator), under a minute.
+unit: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit
 
 # The closed loop on this machine: kmock's emulated cluster, the fleet agent with simulated vLLM
 # replicas, Debian's Prometheus and the operator, through a ramp, a 3x spike and context growth.
@@ -38,7 +43,7 @@ demo: deps
 	@echo "report: demo-report/report.md (plots demo-report/*.png, figures demo-report/summary.json)"
 
 bench: deps
-	$(BIN)/python -m bench
+	$(BIN)/python -m benchmarks
 
 crds: $(STAMP)
 	$(BIN)/infertune crds --out crds --reference docs/crd-reference.md

@@ -1,6 +1,6 @@
 """A real Prometheus for tests: Debian's /usr/bin/prometheus as a plain process on a free loopback port.
 
-The process management lives in the product (infertune.demo.prometheus, which the demo runs too);
+The process management lives in the product (infertune_lab.demo.prometheus, which the demo runs too);
 this plugin adds the fixtures and the canned scrape targets.
 
 tests/conftest.py registers this module as a plugin, so any test can ask for the fixtures:
@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from infertune.demo.prometheus import PROMETHEUS_BIN, PrometheusProcess, ScrapeTarget, free_port
+from infertune_lab.demo.prometheus import PROMETHEUS_BIN, PrometheusProcess, ScrapeTarget, free_port
 
 __all__ = ["PROMETHEUS_BIN", "PayloadServer", "PrometheusProcess", "ScrapeTarget", "free_port"]
 

@@ -4,23 +4,37 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import importlib.util
 import pkgutil
 import sys
 from collections.abc import Sequence
 
 from infertune import __version__, commands
+from infertune.errors import UserError
+
+# The lab's commands, when its distribution (infertune-lab) is not installed: named in the error.
+LAB_COMMANDS = ("bench", "demo", "simulate")
+ENTRY_POINTS = "infertune.commands"
 
 
 # Every public module under `commands/` exposes `register(subparsers)`, which adds its parser and
-# sets `func(args) -> int`; discovering them means a new command never edits this file.
+# sets `func(args) -> int`; discovering them means a new command never edits this file. Other
+# distributions (the lab) add theirs through the `infertune.commands` entry points.
 def command_modules() -> tuple[str, ...]:
-    return tuple(f"{commands.__name__}.{m.name}" for m in sorted(pkgutil.iter_modules(commands.__path__),
-                                                                   key=lambda m: m.name)
-                 if not m.name.startswith("_"))
+    own = [f"{commands.__name__}.{m.name}" for m in pkgutil.iter_modules(commands.__path__)
+           if not m.name.startswith("_")]
+    added = [ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINTS) if _importable(ep.value)]
+    return tuple(sorted(set(own) | set(added), key=lambda name: name.rsplit(".", 1)[-1]))
 
 
-class UserError(Exception):
-    """Bad input from the user: printed as one clear line, exit code 2, never a traceback."""
+def _importable(module: str) -> bool:
+    """A distribution that registered commands but cannot be imported (half uninstalled) must not
+    break every other command; its commands then answer as if it were absent."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,9 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _missing_lab_command(argv: Sequence[str]) -> str | None:
+    """The lab command asked for when the lab is not installed (the operator's image)."""
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    present = {name.rsplit(".", 1)[-1] for name in command_modules()}
+    return wanted if wanted in LAB_COMMANDS and wanted not in present else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    missing = _missing_lab_command(sys.argv[1:] if argv is None else argv)
+    if missing is not None:
+        print(f"infertune {missing}: error: this command is part of the lab; install it with "
+              f"`pip install infertune-lab` (the operator's image does not carry it)", file=sys.stderr)
+        return 2
+    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (UserError, ValueError, FileNotFoundError) as exc:

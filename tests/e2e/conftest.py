@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from infertune.demo.cluster import DEPLOYMENTS
-from infertune.demo.measure import Recorder
-from infertune.demo.prometheus import PrometheusProcess, installed
-from infertune.demo.resource import demo_resource
-from infertune.demo.run import NAME, NAMESPACE, follow, profile, slo_of
-from infertune.demo.script import DEMO_AGENT
-from infertune.demo.stack import DemoStack
 from infertune.planner.types import SloTarget
-from infertune.sim.scenario import Phase, Scenario
+from infertune_lab.demo.cluster import DEPLOYMENTS
+from infertune_lab.demo.measure import Recorder
+from infertune_lab.demo.prometheus import PrometheusProcess, installed
+from infertune_lab.demo.resource import demo_resource
+from infertune_lab.demo.run import NAME, NAMESPACE, follow, profile, slo_of
+from infertune_lab.demo.script import DEMO_AGENT
+from infertune_lab.demo.stack import DemoStack
+from infertune_lab.sim.scenario import Phase, Scenario
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from infertune.demo.measure import Sample
-from infertune.sim.scenario import Phase
+from infertune_lab.demo.measure import Sample
+from infertune_lab.sim.scenario import Phase
 from tests.e2e.conftest import Loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]

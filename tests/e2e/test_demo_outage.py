@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from infertune.actuate.workload import INPUT_HASH
-from infertune.demo.prometheus import PrometheusProcess
-from infertune.sim.scenario import Phase
+from infertune_lab.demo.prometheus import PrometheusProcess
+from infertune_lab.sim.scenario import Phase
 from tests.e2e.conftest import Loop, condition
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(170)]

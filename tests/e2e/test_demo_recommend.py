@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infertune.actuate.workload import INPUT_HASH
-from infertune.sim.scenario import Phase
+from infertune_lab.sim.scenario import Phase
 from tests.e2e.conftest import Loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infertune.demo.summary import first_breach, windows
-from infertune.sim.scenario import Phase
+from infertune_lab.demo.summary import first_breach, windows
+from infertune_lab.sim.scenario import Phase
 from tests.e2e.conftest import Loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]

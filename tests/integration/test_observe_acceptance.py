@@ -17,8 +17,8 @@ import pytest
 
 from infertune.api.observation import MetricsFault, Observation
 from infertune.observe import Expected, PodsSource, PodTarget, PrometheusSource
-from infertune.sim import ClosedLoop, ReplicaConfig, shape
-from infertune.sim.live import LiveFleet
+from infertune_lab.sim import ClosedLoop, ReplicaConfig, shape
+from infertune_lab.sim.live import LiveFleet
 from tests.prometheus_fixture import PrometheusProcess, ScrapeTarget
 
 pytestmark = pytest.mark.integration

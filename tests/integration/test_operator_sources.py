@@ -20,9 +20,9 @@ from prometheus_client import generate_latest
 
 from infertune.api.observation import Observation
 from infertune.observe.snapshot import Snapshot
-from infertune.sim import ReplicaConfig
-from infertune.sim.live import LiveFleet
-from infertune.sim.traffic import OpenSessions, poisson, shape
+from infertune_lab.sim import ReplicaConfig
+from infertune_lab.sim.live import LiveFleet
+from infertune_lab.sim.traffic import OpenSessions, poisson, shape
 from tests.integration.test_operator_lifecycle import (
     INFD,
     NS,

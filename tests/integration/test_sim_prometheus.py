@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from infertune.sim import ReplicaConfig, shape
-from infertune.sim.live import LiveFleet
-from infertune.sim.traffic import OpenSessions, poisson
+from infertune_lab.sim import ReplicaConfig, shape
+from infertune_lab.sim.live import LiveFleet
+from infertune_lab.sim.traffic import OpenSessions, poisson
 from tests.prometheus_fixture import ScrapeTarget
 
 pytestmark = pytest.mark.integration

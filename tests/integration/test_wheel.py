@@ -60,7 +60,19 @@ def test_wheel_carries_the_package_data(wheel: Path) -> None:
     assert "infertune/py.typed" in names
     catalogs = [n for n in names if re.fullmatch(r"infertune/model/data/[^/]+\.toml", n)]
     assert catalogs, names
-    assert not [n for n in names if n.startswith(("tests/", "bench/", "charts/"))]
+    assert not [n for n in names if n.startswith(("tests/", "bench/", "benchmarks/", "charts/"))]
+
+
+def test_wheel_holds_the_operator_not_its_lab(wheel: Path) -> None:
+    """The twin, the demo and the benchmark are the lab's distribution: not in the operator's image."""
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    assert not [n for n in names if n.startswith(("infertune_lab/", "infertune/sim/", "infertune/demo/",
+                                                   "infertune/bench/"))]
+    metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    required = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    always = [r for r in required if "extra ==" not in r]
+    assert always and not [r for r in always if r.split(">")[0].split("=")[0].strip() in ("matplotlib", "kmock")]
 
 
 def test_installed_wheel_imports_from_itself_and_loads_its_catalogs(venv: Path) -> None:

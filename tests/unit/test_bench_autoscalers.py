@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infertune.bench.hpa import Hpa, external_average_replicas, plain_metric_replicas
-from infertune.bench.keda import Keda
+from infertune_lab.bench.hpa import Hpa, external_average_replicas, plain_metric_replicas
+from infertune_lab.bench.keda import Keda
 
 
 def test_hpa_formula_is_ceil_of_ratio_times_pods() -> None:

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from infertune.bench.actuation import Actuator
-from infertune.bench.metrics import Slo, attainment, quantile, summarize
 from infertune.planner.types import Layout
-from infertune.sim import Fleet, ReplicaConfig, RequestRecord, RequestSpec
+from infertune_lab.bench.actuation import Actuator
+from infertune_lab.bench.metrics import Slo, attainment, quantile, summarize
+from infertune_lab.sim import Fleet, ReplicaConfig, RequestRecord, RequestSpec
 
 SLO = Slo(ttft_seconds=3.0, min_stream_tps=25.0)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from infertune.bench.capacity import LayoutCapacity
-from infertune.bench.oracle import Window, fewest_gpus, peak_demand, staged, static_layout
 from infertune.planner.types import Layout
+from infertune_lab.bench.capacity import LayoutCapacity
+from infertune_lab.bench.oracle import Window, fewest_gpus, peak_demand, staged, static_layout
 
 
 def cap(tp: int, c: int, sustained: float, flat_out: float | None = None) -> LayoutCapacity:

@@ -14,9 +14,9 @@ import pytest
 
 from infertune.model import LinearFit
 from infertune.observe import FitMemory, PodsSource, PodTarget
-from infertune.sim import Fleet, OpenSessions, ReplicaConfig, shape
-from infertune.sim.exporter import ReplicaView, render
-from infertune.sim.traffic import bursty
+from infertune_lab.sim import Fleet, OpenSessions, ReplicaConfig, shape
+from infertune_lab.sim.exporter import ReplicaView, render
+from infertune_lab.sim.traffic import bursty
 
 A, B = 5.2e-3, 1.65e-3  # seed 000's line, as the twin's configured fit
 

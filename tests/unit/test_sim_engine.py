@@ -10,9 +10,9 @@ import random
 import pytest
 
 from infertune.model import LinearFit, PerformanceModel, Workload, load_gpu, load_model
-from infertune.sim import Engine, Fleet, OpenSessions, ReplicaConfig, RequestSpec, SessionShape, shape
-from infertune.sim.sweep import SweepRow, sweep
-from infertune.sim.traffic import ClosedLoop, poisson
+from infertune_lab.sim import Engine, Fleet, OpenSessions, ReplicaConfig, RequestSpec, SessionShape, shape
+from infertune_lab.sim.sweep import SweepRow, sweep
+from infertune_lab.sim.traffic import ClosedLoop, poisson
 
 SEED_FIT = {8: LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)}
 KIMI = ReplicaConfig(model="kimi-k2.6", gpu="b200", tp=8, fits=SEED_FIT)

@@ -13,10 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infertune.cli import main
-from infertune.sim import Engine, ReplicaConfig, RequestSpec, shape
-from infertune.sim.exporter import ReplicaView, render
-from infertune.sim.live import LiveFleet
-from infertune.sim.traffic import OpenSessions, poisson
+from infertune_lab.sim import Engine, ReplicaConfig, RequestSpec, shape
+from infertune_lab.sim.exporter import ReplicaView, render
+from infertune_lab.sim.live import LiveFleet
+from infertune_lab.sim.traffic import OpenSessions, poisson
 
 VLLM = {
     "vllm:cache_config_info": "gauge", "vllm:num_requests_running": "gauge",
@@ -178,7 +178,7 @@ def test_the_hand_written_text_matches_prometheus_clients_own(engine_kind: str) 
     # the library's collector over the same view is the reference it must match byte for byte.
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from infertune.sim.exporter import ReplicaCollector
+    from infertune_lab.sim.exporter import ReplicaCollector
 
     for ready in (True, False):
         view = ReplicaView.of(busy_engine(SMALL.with_(engine=engine_kind)), ready=ready)
@@ -191,7 +191,7 @@ def test_the_hand_written_text_matches_prometheus_clients_own(engine_kind: str) 
 def test_the_bench_reads_what_a_parser_of_the_text_would(engine_kind: str) -> None:
     # The bench hands PodsSource the samples instead of printing and parsing them at every poll.
     from infertune.observe.textformat import parse_payload, read_samples
-    from infertune.sim.exporter import samples
+    from infertune_lab.sim.exporter import samples
 
     view = ReplicaView.of(busy_engine(SMALL.with_(engine=engine_kind)))
     text = render(view).decode()

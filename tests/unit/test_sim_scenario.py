@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from infertune.sim import RequestRecord, RequestSpec, TrafficSource
-from infertune.sim.scenario import (
+from infertune_lab.sim import RequestRecord, RequestSpec, TrafficSource
+from infertune_lab.sim.scenario import (
     Phase,
     Scenario,
     coding_agent_day,
@@ -18,7 +18,7 @@ from infertune.sim.scenario import (
     scenario,
     spike,
 )
-from infertune.sim.traffic import CODING_AGENT
+from infertune_lab.sim.traffic import CODING_AGENT
 
 
 def drain(source: TrafficSource, until: float, service: float = 20.0) -> list[RequestSpec]:

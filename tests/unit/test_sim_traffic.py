@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from infertune.cli import main
-from infertune.sim import (
+from infertune_lab.sim import (
     Fleet,
     OpenSessions,
     ReplicaConfig,
@@ -21,7 +21,7 @@ from infertune.sim import (
     shape,
     window,
 )
-from infertune.sim.traffic import bursty, diurnal, poisson
+from infertune_lab.sim.traffic import bursty, diurnal, poisson
 
 AZURE = Path("/work/shared/data/azure-llm-inference-trace-2023-code.csv")
 if not AZURE.exists():  # the repo's own copy, on machines without ../shared

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from infertune.cli import UserError
+from infertune.errors import UserError
 from infertune.model import ModelProfile, load_model, profile_from_hf_config
 
 

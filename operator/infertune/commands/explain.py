@@ -12,9 +12,9 @@ from typing import Any
 from infertune.actuate.request import Resolved, resolve
 from infertune.api.policy import parse_policy
 from infertune.api.spec import API_VERSION, KIND, parse_spec
-from infertune.cli import UserError
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
+from infertune.errors import UserError
 from infertune.planner import Plan, plan
 from infertune.planner.types import Layout
 

@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from infertune.cli import UserError
 from infertune.commands._inputs import parse_int_list, read_samples
+from infertune.errors import UserError
 from infertune.model import FitError, fit_per_pass
 
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infertune.api.observation import Observation, ReplicaObservation
-from infertune.cli import UserError
+from infertune.errors import UserError
 from infertune.model.early_warning import CliffWarning, PressurePoint, cliff_warning
 from infertune.observe import (
     FitMemory,

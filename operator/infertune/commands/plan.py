@@ -12,9 +12,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from infertune.cli import UserError
 from infertune.commands._inputs import parse_int_list, read_samples, resolve_model
 from infertune.commands.render import resolve_file
+from infertune.errors import UserError
 from infertune.model import FitError, LinearFit, Workload, fit_per_pass, load_gpu, workload_preset
 from infertune.planner import Candidate, Plan, PlanRequest, SloTarget, plan
 
@@ -146,8 +146,10 @@ def run(args: argparse.Namespace) -> int:
     request = request_from_args(args)
     result = plan(request, None, now=0.0)
     if args.plot:
-        from infertune.commands._plan_plot import plot_plan
-
+        try:
+            from infertune.commands._plan_plot import plot_plan
+        except ImportError:
+            raise UserError("--plot needs matplotlib: pip install 'infertune[plot]'") from None
         plot_plan(result, request, args.plot)
     if args.output == "json":
         print(json.dumps(plan_json(result), indent=2))

@@ -15,7 +15,7 @@ from infertune.actuate.request import Resolved, resolve, starting_layout
 from infertune.actuate.workload import Owner, desired_objects
 from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec, parse_spec
-from infertune.cli import UserError
+from infertune.errors import UserError
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 

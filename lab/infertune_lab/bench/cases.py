@@ -1,0 +1,156 @@
+"""The benchmark's scenarios, sized for the pool: traffic, duration, and the demand the oracle sees.
+
+Every scenario is sized from the capacity table rather than by a constant: its peak (or, for a
+trace, its mean) needs `FILL` of the pool's GPUs with the hindsight-best layout, so each policy
+has room to over- or under-provision. The traffic is rebuilt from the seed for every policy.
+
+- coding-agent-day: seed 000's sessions through sim.scenario's WORKDAY profile (7:1 peak to trough);
+- spike: a third of the peak, then 3x for the middle fifth of the run, reached in 60 s;
+- context-growth: a steady session rate whose mean prompt grows from 40K to 100K tokens;
+- azure-code (or any `--trace`): the trace replayed `rate_multiplier` times faster, back to back
+  until the duration is over. Its rows carry no sessions, so nothing is cached across requests.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from infertune_lab.bench.capacity import CapacitySweep, LayoutCapacity
+from infertune_lab.sim import RequestRecord, SessionShape, TraceReplay, TrafficSource, load_trace
+from infertune_lab.sim.scenario import Scenario, scaled_to_context, scenario, turns_per_session
+from infertune_lab.sim.trace import TraceRow
+from infertune_lab.sim.traffic import CODING_AGENT
+
+AZURE_CODE = Path(__file__).resolve().parents[3] / "../shared/data/azure-llm-inference-trace-2023-code.csv"
+NAMES = ("coding-agent-day", "spike", "context-growth", "azure-code")
+DURATIONS = {"coding-agent-day": 86_400.0, "spike": 14_400.0, "context-growth": 21_600.0, "azure-code": 7_200.0}
+FILL = 0.85  # share of the pool the hindsight-best layout needs at the scenario's peak
+# A session's next turn comes one answer later; the oracle's hindsight demand replays the
+# sessions with this answer time (about 1,000 tokens at the SLO's 25 tok/s, plus TTFT).
+DRY_RUN_ANSWER_SECONDS = 42.0
+# Traffic runs this long before the scored run starts, on every policy's starting layout, so the
+# run opens with sessions in flight and warm caches, as a day does; it is neither charged nor scored.
+WARMUP_SECONDS = 1_800.0
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    name: str
+    duration: float  # scored seconds, after the warm-up
+    seed: int
+    scenario: Scenario | None = None  # in scenario time; the traffic runs it shifted by the warm-up
+    trace: tuple[TraceRow, ...] = ()
+    rate_multiplier: float = 1.0
+    note: str = ""
+    warmup: float = WARMUP_SECONDS
+
+    def traffic(self) -> TrafficSource:
+        """A fresh source in run time (the warm-up, then the scenario): the same requests for every policy."""
+        if self.scenario is not None:
+            sc = self.scenario
+            shifted = replace(sc, duration=sc.duration + self.warmup,
+                              phases=tuple(replace(p, at=p.at + self.warmup) for p in sc.phases))
+            return shifted.traffic(self.seed)
+        rows = looped(self.trace, self.rate_multiplier, self.warmup + self.duration)
+        return TraceReplay(rows, self.rate_multiplier)
+
+    def shape_at(self, t: float) -> SessionShape:
+        """The session shape whose capacity table applies at scored time t."""
+        if self.scenario is None:
+            return trace_shape(self.trace)
+        context = self.scenario.context_at(t)
+        if context is None:
+            return self.scenario.shape
+        return scaled_to_context(self.scenario.shape, round(context / 5_000) * 5_000)
+
+    def arrivals(self) -> list[float]:
+        """Hindsight: when every scored request arrives (scored time), answering each turn in
+        DRY_RUN_ANSWER_SECONDS (exact for a trace, which has no feedback)."""
+        source = self.traffic()
+        times = []
+        while source.next_time() < self.warmup + self.duration:
+            spec = source.pop()
+            if spec.arrival >= self.warmup:
+                times.append(spec.arrival - self.warmup)
+            source.on_finish(RequestRecord(spec, "dry", spec.arrival, spec.arrival + DRY_RUN_ANSWER_SECONDS, 0, 0))
+        return times
+
+
+def looped(rows: Sequence[TraceRow], multiplier: float, duration: float) -> list[TraceRow]:
+    """The trace repeated back to back (in trace time) for as long as `duration` needs once the
+    replay runs `multiplier` times faster."""
+    span = rows[-1].offset + 1.0
+    passes = max(1, math.ceil(duration * multiplier / span))
+    return [TraceRow(r.offset + n * span, r.context_tokens, r.generated_tokens) for n in range(passes) for r in rows]
+
+
+def trace_shape(rows: Sequence[TraceRow]) -> SessionShape:
+    """One-turn sessions with the trace's prompt and answer sizes (mean and median), for capacity."""
+    prompts = sorted(max(r.context_tokens, 1) for r in rows)
+    outputs = sorted(max(r.generated_tokens, 1) for r in rows)
+    return SessionShape("trace", sum(prompts) / len(prompts), prompts[len(prompts) // 2], sum(outputs) / len(outputs),
+                        outputs[len(outputs) // 2], 1, 1, 10**7, 0.0, 0.0)
+
+
+def best_capacity(sweep: CapacitySweep, shape: SessionShape, tps: Sequence[int]) -> LayoutCapacity:
+    """The qualifying layout with the most requests/s per GPU."""
+    rows = [c for c in sweep.table(shape, tps) if c.qualifies()]
+    if not rows:
+        raise ValueError(f"no layout of TP {list(tps)} meets the SLO for the {shape.name} shape")
+    return max(rows, key=lambda c: c.sustained_rps / c.tp)
+
+
+def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, seed: int,
+          duration: float | None = None, trace: Path | None = None, rate_multiplier: float | None = None) -> BenchCase:
+    """The named scenario (or a trace replay) sized for `pool_gpus`."""
+    if trace is not None or name == "azure-code":
+        return _trace_case(name if trace is None else trace.stem, trace or AZURE_CODE, sweep, tps, pool_gpus, seed,
+                           duration or DURATIONS["azure-code"], rate_multiplier)
+    if name not in NAMES:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, all")
+    length = duration or DURATIONS[name]
+    # A first guess from the base shape, then scaled so that the heaviest window of the hindsight
+    # demand needs FILL of the pool (contexts that grow change both turns per session and capacity).
+    best = best_capacity(sweep, CODING_AGENT, tps)
+    guess = FILL * pool_gpus / best.tp * best.sustained_rps / turns_per_session(CODING_AGENT)
+    probe = BenchCase(name, length, seed, scenario=scenario(name, guess, length))
+    need = _peak_gpus(probe, sweep, tps)
+    peak_sessions = guess * FILL * pool_gpus / need
+    case = BenchCase(name, length, seed, scenario=scenario(name, peak_sessions, length))
+    note = (f"{length / 3600:g} h; peak {peak_sessions:.3f} sessions/s, sized so the hindsight-best layouts "
+            f"need {FILL:.0%} of {pool_gpus} GPUs in the heaviest window")
+    if name == "coding-agent-day" and length < 86_400:
+        note += f"; the day is compressed {86_400 / length:g}x"
+    return replace(case, note=note)
+
+
+def _peak_gpus(case: BenchCase, sweep: CapacitySweep, tps: Sequence[int], window: float = 900.0) -> float:
+    """The most GPUs any window's demand needs at its best layout's sustained rate (fractional)."""
+    arrivals = case.arrivals()
+    need, start = 0.0, 0.0
+    while start < case.duration:
+        end = min(start + window, case.duration)
+        count = bisect.bisect_left(arrivals, end) - bisect.bisect_left(arrivals, start)
+        best = best_capacity(sweep, case.shape_at(end), tps)
+        need = max(need, count / (end - start) / best.sustained_rps * best.tp)
+        start = end
+    return need
+
+
+def _trace_case(name: str, path: Path, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, seed: int,
+                duration: float, multiplier: float | None) -> BenchCase:
+    rows = tuple(load_trace(path))
+    span = rows[-1].offset + 1.0
+    rate = len(rows) / span
+    if multiplier is None:
+        best = best_capacity(sweep, trace_shape(rows), tps)
+        multiplier = FILL * pool_gpus / best.tp * best.sustained_rps / rate
+    if multiplier <= 0:
+        raise ValueError("--rate-multiplier must be > 0")
+    note = (f"{path.name}: {len(rows):,} requests over {span / 60:.0f} min replayed {multiplier:.1f}x faster "
+            f"({rate * multiplier:.1f} req/s), back to back for {duration / 3600:g} h")
+    return BenchCase(name, duration, seed, trace=rows, rate_multiplier=multiplier, note=note)

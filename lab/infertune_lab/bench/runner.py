@@ -1,0 +1,95 @@
+"""One policy through one scenario: the fleet in virtual time, a control tick every 15 s.
+
+The fleet first serves the warm-up on the policy's starting layout, untouched. Then each tick
+charges the GPUs that exist for the coming interval, simulates it, reads the cliff samples, lets
+the policy look and decide, and lets the Deployment controller (the actuator) reconcile. After the
+scenario's last second no session starts and the fleet runs a tail so the requests that arrived
+in time can finish; that tail is neither charged nor scored beyond them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from infertune_lab.bench.actuation import Actuator, FleetPoint
+from infertune_lab.bench.cases import BenchCase
+from infertune_lab.bench.metrics import CliffMeter, PolicyResult, Slo, summarize
+from infertune_lab.bench.policies import Policy
+from infertune_lab.sim import Fleet, ReplicaConfig, RequestRecord, RequestSpec, TrafficSource
+
+TICK_SECONDS = 15.0
+TAIL_SECONDS = 900.0
+CLIFF_SAMPLE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    case: BenchCase
+    replica: ReplicaConfig  # the twin's replica model; the layout fields are set per replica
+    load_seconds: float
+    slo: Slo
+    price_per_gpu_hour: float
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    result: PolicyResult
+    timeline: tuple[FleetPoint, ...]
+
+
+class CountedTraffic:
+    """Passes a traffic source through, counting the requests that arrive in [begin, end)."""
+
+    def __init__(self, inner: TrafficSource, begin: float, end: float) -> None:
+        self.inner, self.begin, self.end, self.arrived = inner, begin, end, 0
+        self.lookahead = inner.lookahead
+        self.cross_session = inner.cross_session
+
+    def next_time(self) -> float:
+        return self.inner.next_time()
+
+    def peek(self) -> RequestSpec:
+        return self.inner.peek()
+
+    def pop(self) -> RequestSpec:
+        spec = self.inner.pop()
+        self.arrived += self.begin <= spec.arrival < self.end
+        return spec
+
+    def on_finish(self, record: RequestRecord) -> None:
+        self.inner.on_finish(record)
+
+
+def run_policy(setup: RunSetup, policy: Policy) -> PolicyRun:
+    """Runs in run time (0 is the warm-up's start); policies and results see scored time."""
+    wall = time.perf_counter()
+    begin = setup.case.warmup
+    end = begin + setup.case.duration
+    traffic = CountedTraffic(setup.case.traffic(), begin, end)
+    fleet = Fleet(traffic, router="session-affinity", seed=setup.case.seed, sample_interval=CLIFF_SAMPLE_SECONDS)
+    actuator = Actuator(fleet, setup.replica, setup.load_seconds, policy.max_surge, origin=begin)
+    actuator.start(policy.start())
+    fleet.run_until(begin)
+    cliff = CliffMeter(CLIFF_SAMPLE_SECONDS)
+    cliff.consume(fleet, count=False)
+    now = begin
+    try:
+        while now < end:
+            step = min(TICK_SECONDS, end - now)
+            actuator.account(step)
+            fleet.run_until(now + step)
+            now += step
+            cliff.consume(fleet)
+            policy.tick(now - begin, actuator)
+            actuator.reconcile()
+        fleet.run_until(end + TAIL_SECONDS)
+    finally:
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close()
+    records = [r for r in fleet.records if begin <= r.spec.arrival < end]
+    result = summarize(policy.name, records, traffic.arrived - len(records), setup.slo, actuator.gpu_seconds,
+                       setup.price_per_gpu_hour, cliff.seconds, actuator.relayouts,
+                       max((p.gpus for p in actuator.timeline), default=0), time.perf_counter() - wall)
+    return PolicyRun(result, tuple(actuator.timeline))

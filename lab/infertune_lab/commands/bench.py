@@ -1,0 +1,90 @@
+"""`infertune bench`: the closed-loop benchmark against HPA-, KEDA-style, static and oracle policies.
+
+The same traffic goes through the same simulated fleet once per policy, in virtual time. Progress
+goes to stderr, the table (or JSON) to stdout; `--report DIR` also writes bench.md and the plots.
+Input is checked before anything runs, and nothing is written unless every run finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from infertune_lab.bench.cases import NAMES
+from infertune_lab.bench.report import document, markdown, write
+from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(POLICIES)}, got {text!r}")
+    return names
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "bench", help="closed-loop benchmark: infertune vs static, HPA-, KEDA-style and oracle policies")
+    p.add_argument("--scenario", choices=(*NAMES, "all"), default=None,
+                   help="a named scenario, or all four (default: coding-agent-day unless --trace)")
+    p.add_argument("--trace", type=Path, default=None,
+                   help="replay a TIMESTAMP,ContextTokens,GeneratedTokens CSV instead of a scenario")
+    p.add_argument("--rate-multiplier", type=_positive, default=None,
+                   help="replay the trace this many times faster (default: sized for the pool)")
+    p.add_argument("--duration", type=_positive, default=None, help="scored virtual seconds (default: per scenario)")
+    p.add_argument("--startup-seconds", type=_positive, default=None,
+                   help="model load time for every policy (default: the example's spec.engine.startupSeconds)")
+    p.add_argument("--pool-gpus", type=int, default=64, help="GPUs in the pool (default 64)")
+    p.add_argument("--policies", type=_policies, default=POLICIES, help=f"comma-separated, from {','.join(POLICIES)}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--processes", type=int, default=2, help="policies run in parallel (default 2)")
+    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument("--report", type=Path, default=None, help="write bench.md and bench-<scenario>.png here")
+    p.set_defaults(func=handle)
+
+
+def _scenarios(args: argparse.Namespace) -> list[str]:
+    if args.trace is not None:
+        if args.scenario is not None:
+            raise ValueError("--scenario and --trace are exclusive")
+        return ["trace"]
+    if args.rate_multiplier is not None and args.scenario != "azure-code":
+        raise ValueError("--rate-multiplier applies to --trace or --scenario azure-code")
+    if args.scenario == "all":
+        return list(NAMES)
+    return [args.scenario or "coding-agent-day"]
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.pool_gpus < 1:
+        raise ValueError("--pool-gpus must be >= 1")
+    if args.trace is not None and not args.trace.is_file():
+        raise FileNotFoundError(f"--trace {args.trace}: no such file")
+    options = Options(seed=args.seed, pool_gpus=args.pool_gpus, startup_seconds=args.startup_seconds,
+                      duration=args.duration, trace=args.trace, rate_multiplier=args.rate_multiplier,
+                      policies=args.policies, processes=max(1, args.processes))
+    results: list[ScenarioResult] = [run_scenario(name, options) for name in _scenarios(args)]
+    if args.output == "json":
+        docs = [document(r) for r in results]
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
+    else:
+        print("\n\n".join(markdown(r) for r in results))
+    if args.report is not None:
+        for path in write(results, args.report):
+            stderr(f"wrote {path}")
+    total = sum(r.wall_seconds for r in results)
+    stderr(f"benchmark wall time {total:.1f} s ({', '.join(f'{r.name} {r.wall_seconds:.1f} s' for r in results)})")
+    return 0

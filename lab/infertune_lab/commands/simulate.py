@@ -1,0 +1,222 @@
+"""`infertune simulate sweep|serve|replay`: the digital twin from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from infertune.commands._inputs import parse_int_list
+from infertune.errors import UserError
+from infertune.model import LinearFit
+from infertune_lab.sim import (
+    ARRIVALS,
+    ROUTERS,
+    SHAPES,
+    Fleet,
+    OpenSessions,
+    ReplicaConfig,
+    TraceReplay,
+    arrivals,
+    load_trace,
+    shape,
+    summarize,
+    window,
+)
+from infertune_lab.sim.live import LiveFleet
+from infertune_lab.sim.sweep import format_table, plot, sweep
+
+
+def _replica_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="kimi-k2.6", help="catalog model name (default kimi-k2.6)")
+    p.add_argument("--gpu", default="b200", help="catalog GPU name (default b200)")
+    p.add_argument("--tp", type=int, default=8, help="tensor-parallel size (default 8)")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--num-gpu-blocks", type=int, default=None,
+                   help="KV pool in 16-token blocks (default: the capacity model)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    p.add_argument("--fit", default=None, metavar="A_MS,B_MS",
+                   help="per-pass line a + b*B in ms for this TP (seed 000: 5.2,1.65); default: the napkin")
+    p.add_argument("--noise", type=float, default=0.0, help="relative std-dev of a step's time")
+    p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="metric dialect")
+    p.add_argument("--workload", choices=sorted(SHAPES), default="coding-agent")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _replica(args: argparse.Namespace) -> ReplicaConfig:
+    fits: dict[int, LinearFit] = {}
+    if args.fit:
+        try:
+            a_ms, b_ms = (float(x) for x in args.fit.split(","))
+        except ValueError:
+            raise UserError(f"--fit: expected A_MS,B_MS such as 5.2,1.65, got {args.fit!r}") from None
+        if a_ms < 0 or b_ms <= 0:
+            raise UserError("--fit: the intercept must be >= 0 and the slope > 0")
+        fits[args.tp] = LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, 64.0)
+    config = ReplicaConfig(
+        model=args.model, gpu=args.gpu, tp=args.tp, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, num_gpu_blocks=args.num_gpu_blocks,
+        gpu_memory_utilization=args.gpu_memory_utilization, engine=args.engine,
+        workload=args.workload, fits=fits, noise=args.noise,
+    )
+    config.gpu_blocks()  # fails here, with the reason, when the model does not fit
+    return config
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("simulate", help="the digital twin: sweep, serve, replay")
+    cmds = p.add_subparsers(dest="simulate_command", required=True, metavar="SUBCOMMAND")
+
+    s = cmds.add_parser("sweep", help="closed-loop concurrency sweep on one simulated replica")
+    _replica_args(s)
+    s.add_argument("--concurrency", default="1,2,4,8,16,24,32,40,48,64")
+    s.add_argument("--warmup", type=float, default=300.0, help="virtual seconds discarded per level")
+    s.add_argument("--duration", type=float, default=900.0, help="virtual seconds measured per level")
+    s.add_argument("--think", type=float, default=0.0, help="seconds between a session's turns")
+    s.add_argument("--plot", default=None, metavar="FILE.png")
+    s.add_argument("--output", choices=("table", "json"), default="table")
+    s.set_defaults(func=run_sweep)
+
+    v = cmds.add_parser("serve", help="serve a live simulated fleet's /metrics, one port per replica")
+    _replica_args(v)
+    v.add_argument("--port", type=int, default=0, help="first port; replica i listens on PORT+i (0: any)")
+    v.add_argument("--host", default="127.0.0.1")
+    v.add_argument("--replicas", type=int, default=1)
+    v.add_argument("--rate", type=float, default=0.02, help="new sessions per virtual second")
+    v.add_argument("--arrivals", choices=ARRIVALS, default="poisson")
+    v.add_argument("--router", choices=ROUTERS, default="session-affinity")
+    v.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall second")
+    v.add_argument("--duration", type=float, default=None, help="wall seconds to serve (default: until ^C)")
+    v.add_argument("--targets-file", default=None, help="write Prometheus file_sd targets here")
+    v.add_argument("--namespace", default="default")
+    v.add_argument("--deployment", default="sim")
+    v.set_defaults(func=run_serve)
+
+    r = cmds.add_parser("replay", help="replay a TIMESTAMP,ContextTokens,GeneratedTokens trace")
+    _replica_args(r)
+    r.add_argument("--trace", required=True)
+    r.add_argument("--rate-multiplier", type=float, default=1.0)
+    r.add_argument("--start", type=float, default=0.0, help="trace seconds to skip")
+    r.add_argument("--window", type=float, default=None, help="trace seconds to replay (default: all)")
+    r.add_argument("--replicas", type=int, default=1)
+    r.add_argument("--router", choices=ROUTERS, default="least-outstanding")
+    r.add_argument("--records", default=None, metavar="FILE.csv", help="write one row per request")
+    r.add_argument("--output", choices=("table", "json"), default="table")
+    r.set_defaults(func=run_replay)
+
+
+def _check_positive(**values: float | None) -> None:
+    for name, value in values.items():
+        if value is not None and value <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be > 0, got {value}")
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    _check_positive(duration=args.duration)
+    if args.warmup < 0 or args.think < 0:
+        raise UserError("--warmup and --think must be >= 0")
+    levels = parse_int_list(args.concurrency, "--concurrency")
+    config = _replica(args)
+    rows = sweep(config, shape(args.workload), levels, args.warmup, args.duration, args.seed, args.think)
+    if args.plot:
+        fit = f", fit {args.fit} ms" if args.fit else ""
+        plot(rows, args.plot, f"{args.model} on {args.tp}x {args.gpu}, {args.workload}{fit} (simulated)")
+    if args.output == "json":
+        print(json.dumps({"rows": [r.as_json() for r in rows]}, indent=2))
+    else:
+        print(format_table(rows))
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    _check_positive(replicas=args.replicas, rate=args.rate, speed=args.speed, duration=args.duration)
+    config = _replica(args)
+    rng = random.Random(args.seed)
+    traffic = OpenSessions(shape(args.workload), arrivals(args.arrivals, args.rate, rng), seed=args.seed)
+    live = LiveFleet([config] * args.replicas, traffic, speed=args.speed, host=args.host,
+                     router=args.router, seed=args.seed, base_port=args.port)
+    with live:
+        for pod, address in live.endpoints.items():
+            print(f"{pod} http://{address}/metrics", flush=True)
+        if args.targets_file:
+            _atomic_write(Path(args.targets_file),
+                          json.dumps(live.file_sd(args.namespace, args.deployment), indent=2))
+        deadline = math.inf if args.duration is None else time.monotonic() + args.duration
+        while time.monotonic() < deadline:
+            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+            if live.error is not None:
+                raise UserError(f"simulation stopped: {live.error}")
+    return 0
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Readers never see a half-written file: write beside it, then rename over it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent or Path("."), prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    _check_positive(rate_multiplier=args.rate_multiplier, replicas=args.replicas, window=args.window)
+    rows = window(load_trace(args.trace), args.start, args.window)  # all of it is checked first
+    if not rows:
+        raise UserError(f"{args.trace}: no requests in the chosen window")
+    config = _replica(args)
+    fleet = Fleet(TraceReplay(rows, args.rate_multiplier), args.router, args.seed)
+    for _ in range(args.replicas):
+        fleet.add_replica(config)
+    last = rows[-1].offset / args.rate_multiplier
+    horizon = last
+    fleet.run_until(horizon)
+    while any(not r.engine.idle for r in fleet.replicas.values()):
+        horizon += 60.0
+        fleet.run_until(horizon)
+    records = fleet.records
+    summary = summarize(records)
+    m = [r.engine.meters for r in fleet.replicas.values()]
+    queries = sum(x.prefix_queries for x in m)
+    makespan = max((r.finish for r in records), default=0.0)
+    result = {
+        "trace": args.trace, "requests": len(rows), "completed": len(records),
+        "rejected": len(fleet.rejected),
+        "replicas": args.replicas, "virtual_seconds": makespan,
+        "output_tps": summary.get("output_tokens", 0) / makespan if makespan else 0.0,
+        "preemptions": sum(x.preemptions for x in m),
+        "prefix_hit_rate": sum(x.prefix_hits for x in m) / queries if queries else 0.0,
+        **{k: v for k, v in summary.items() if k.startswith(("ttft", "stream"))},
+    }
+    if args.records:
+        _write_records(Path(args.records), records)
+    if args.output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print(f"{key:>18}  {value:.4g}" if isinstance(value, float) else f"{key:>18}  {value}")
+    return 0
+
+
+def _write_records(path: Path, records: list[Any]) -> None:
+    buf = io.StringIO()
+    out = csv.writer(buf)
+    out.writerow(["arrival", "replica", "prompt_tokens", "output_tokens", "cached_tokens", "ttft_seconds",
+                  "mean_itl_seconds", "e2e_seconds", "preemptions"])
+    for r in records:
+        out.writerow([f"{r.spec.arrival:.6f}", r.replica, r.spec.prompt_tokens, r.spec.output_tokens,
+                      r.cached_tokens, f"{r.ttft:.6f}", f"{r.mean_itl:.6f}", f"{r.e2e:.6f}", r.preemptions])
+    _atomic_write(path, buf.getvalue())
