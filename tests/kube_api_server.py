@@ -36,7 +36,7 @@ import kmock
 import kmock._internal.parsing as kmock_parsing
 
 # The emulator with the API server's generateName (kopf names its Events that way).
-from infertune.demo.cluster import NamingEmulator, seeded
+from infertune_lab.demo.cluster import NamingEmulator, seeded
 
 ALL_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 # What a cluster running kube-prometheus-stack serves besides the built-ins; the chart's monitors and
