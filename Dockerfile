@@ -30,7 +30,7 @@ RUN /opt/infertune/bin/pip install --require-hashes --no-deps --only-binary=:all
 COPY --from=build /wheels /wheels
 # --no-deps: everything it needs is already installed from the lock, hash-checked.
 RUN /opt/infertune/bin/pip install --no-deps /wheels/*.whl \
- && /opt/infertune/bin/pip uninstall -y pip \
+ && /opt/infertune/bin/pip uninstall -y -q setuptools pip \
  && /opt/infertune/bin/python -m compileall -q /opt/infertune
 
 # --- runtime: no compiler, no pip, non-root, nothing written outside /tmp ---
@@ -40,13 +40,12 @@ LABEL org.opencontainers.image.title="infertune" \
       org.opencontainers.image.source="https://github.com/infertune/infertune" \
       org.opencontainers.image.licenses="Apache-2.0"
 # The Helm chart mounts an emptyDir at /tmp and sets readOnlyRootFilesystem: everything that wants a
-# writable path (matplotlib's cache, HOME) points there, and no .pyc is written at run time.
+# writable path (HOME, TMPDIR) points there, and no .pyc is written at run time.
 ENV PATH=/opt/infertune/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HOME=/tmp \
-    TMPDIR=/tmp \
-    MPLCONFIGDIR=/tmp/matplotlib
+    TMPDIR=/tmp
 # No pip anywhere: not the base's (python:*-slim ships one; Debian's venv keeps pip's wheel for ensurepip).
 RUN rm -rf /usr/local/bin/pip* /usr/local/lib/python3*/site-packages/pip* /usr/lib/python3/dist-packages/pip* \
            /usr/share/python-wheels /usr/lib/python3*/ensurepip \

@@ -240,8 +240,10 @@ def object_path(obj: Obj) -> str:
 class Runtime(Protocol):
     """Turns a pod's container into an argv run in the pod's network namespace."""
 
-    def argv(self, pod: str, netns: str, container: Obj, env: Mapping[str, str], mounts: Mapping[str, str]) -> list[str]:
-        """`mounts`: node directory -> where the container sees it (read-only)."""
+    def argv(self, pod: str, netns: str, spec: Obj, container: Obj, env: Mapping[str, str],
+             mounts: Mapping[str, str]) -> list[str]:
+        """`spec` is the pod's (security context, volumes); `mounts`: node directory -> where the
+        container sees it (read-only)."""
         ...
 
     def visible_path(self, node_path: Path, mount_point: str) -> str:
@@ -276,7 +278,8 @@ class VenvRuntime:
 
     venv: Path = Path(sys.executable).parent.parent
 
-    def argv(self, pod: str, netns: str, container: Obj, env: Mapping[str, str], mounts: Mapping[str, str]) -> list[str]:
+    def argv(self, pod: str, netns: str, spec: Obj, container: Obj, env: Mapping[str, str],
+             mounts: Mapping[str, str]) -> list[str]:
         argv = container_argv(container, *dockerfile_entrypoint())
         path = f"{self.venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"
         return ["ip", "netns", "exec", netns, "env", "-i", f"PATH={path}",
@@ -331,9 +334,15 @@ class Pod:
         return self.process is not None and self.process.poll() is None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.running:
-            assert self.process is not None
-            os.killpg(self.process.pid, sig)
+        """Every process of the pod (all that run in its network namespace: a runtime may start the
+        container's process outside the kubelet's process group)."""
+        if not self.running:
+            return
+        assert self.process is not None
+        found = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True).stdout
+        for pid in {self.process.pid, *map(int, found.split())}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def stop(self) -> None:
         if self.running:
@@ -349,7 +358,8 @@ class Pod:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-SERVICE_ACCOUNT_MOUNT = "/var/run/infertune-test"
+# Not under /var/run: Debian links it to /run, which the image runtime covers with its own tmpfs.
+SERVICE_ACCOUNT_MOUNT = "/var/lib/infertune-test"
 
 
 class Kubelet:
@@ -384,7 +394,7 @@ class Kubelet:
             f"{addr} {key}.svc {key}.svc.cluster.local\n" for key, (addr, _) in self.services.items()))
         pod = Pod(name, namespace, dict((template.get("metadata") or {}).get("labels") or {}), container, netns,
                   address, self.workdir / f"{name}.log")
-        argv = self.runtime.argv(name, netns, container, env, mounts)
+        argv = self.runtime.argv(name, netns, spec, container, env, mounts)
         with open(pod.log_path, "wb") as log:
             pod.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                            start_new_session=True, cwd=self.workdir)

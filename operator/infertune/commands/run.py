@@ -119,6 +119,18 @@ def configure_logging(log_format: str, level: str) -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
+def _cluster_client() -> Any:
+    """The API client (in-cluster, else the kubeconfig), or one line saying why there is none."""
+    import kubernetes.config
+
+    try:
+        return client_from_environment()
+    except (kubernetes.config.ConfigException, OSError) as exc:
+        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise ValueError(f"no cluster to run against: not in a pod, and the kubeconfig ({where}) "
+                         f"does not load: {exc}") from None
+
+
 def handle(args: argparse.Namespace) -> int:
     _checked(args)
     token = None if args.prometheus_token_secret is None else (
@@ -129,7 +141,7 @@ def handle(args: argparse.Namespace) -> int:
         from infertune.observe import PrometheusSource
 
         source = PrometheusSource(args.prometheus_url, window=args.metrics_window)
-    ctx = OperatorContext(kube=client_from_environment(), source=source, poll_seconds=args.poll_seconds,
+    ctx = OperatorContext(kube=_cluster_client(), source=source, poll_seconds=args.poll_seconds,
                           cycle_seconds=args.cycle_seconds, metrics_window=args.metrics_window,
                           default_token=token)
     if args.metrics_port:
