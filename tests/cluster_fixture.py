@@ -268,7 +268,7 @@ def container_argv(container: Obj, entrypoint: list[str], cmd: list[str]) -> lis
     """Kubernetes' rule: `command` replaces ENTRYPOINT (and drops CMD); `args` replaces CMD."""
     if container.get("command"):
         return list(container["command"]) + list(container.get("args") or [])
-    return entrypoint + list(container["args"] if "args" in container else cmd)
+    return entrypoint + list(container.get("args", cmd))
 
 
 @dataclass
@@ -421,7 +421,8 @@ class Kubelet:
         meta = service["metadata"]
         self.services[f"{meta['name']}.{meta['namespace']}"] = (address, service)
         for port in service["spec"]["ports"]:
-            self._proxies.append(self._forward(address, int(port["port"]), service, port.get("targetPort", port["port"])))
+            target = port.get("targetPort", port["port"])
+            self._proxies.append(self._forward(address, int(port["port"]), service, target))
         return address
 
     def endpoints(self, service: Obj) -> list[Pod]:
@@ -518,7 +519,8 @@ def _deep_merge(base: Obj, extra: Obj) -> Obj:
     return out
 
 
-def _flags(words: list[str], takes_value: set[str], switches: set[str] = frozenset()) -> tuple[list[str], list[tuple[str, str]]]:
+def _flags(words: list[str], takes_value: set[str],
+           switches: frozenset[str] = frozenset()) -> tuple[list[str], list[tuple[str, str]]]:
     """Positional words and (flag, value) pairs; an unknown flag fails, so the README cannot say more
     than the test does."""
     positional, flags = [], []
@@ -693,7 +695,7 @@ class EmulatedCluster:
         return pods
 
     def operator_pods(self) -> list[Pod]:
-        return [p for p in self.kubelet.pods if "helm.sh/hook" not in str(p.labels) and p.container["name"] == "operator"]
+        return [p for p in self.kubelet.pods if p.container["name"] == "operator"]
 
 
 @contextlib.contextmanager

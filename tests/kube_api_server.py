@@ -163,7 +163,7 @@ class ApiServer(NamingEmulator):
         doc = await super()._serve_list(request)
         # kmock's lists carry no kind; client-go's list-watch (Helm's wait for the test pod) rejects them.
         res = request.resource
-        info = self.resources[res] if res in self.resources else None
+        info = self.resources.get(res)
         kind = info.kind if info is not None and info.kind else res.plural.capitalize()
         return {"apiVersion": f"{res.group}/{res.version}".lstrip("/"), "kind": f"{kind}List", **doc}
 

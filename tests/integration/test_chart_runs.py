@@ -86,7 +86,7 @@ def install(cluster: EmulatedCluster, scenario: str) -> None:
     cluster.console.run(f"kubectl create namespace {NAMESPACE}".split())
     cluster.console.run(["helm", "install", RELEASE, "charts/infertune", "-n", NAMESPACE,
                          "-f", f"charts/infertune/ci/{scenario}-values.yaml"])
-    cluster.console.run("kubectl apply -f policies/".split())  # the example uses coding-agent
+    cluster.console.run(["kubectl", "apply", "-f", "policies/"])  # the example uses coding-agent
 
 
 def check_probes_and_metrics(cluster: EmulatedCluster, pods: list[Pod]) -> None:

@@ -45,7 +45,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--prometheus-token-secret", metavar="NAME",
                         help="Secret in the operator's own namespace (POD_NAMESPACE) holding the bearer token for "
                              "--prometheus-url; read on every poll, so a rotated token is picked up")
-    parser.add_argument("--prometheus-token-key", default="token", metavar="KEY", help="key of the token in that Secret")
+    parser.add_argument("--prometheus-token-key", default="token", metavar="KEY",
+                        help="key of the token in that Secret")
     parser.add_argument("--cycle-seconds", type=float, default=30.0, help="tuning timer interval")
     parser.add_argument("--poll-seconds", type=float, default=15.0, help="metrics poll interval")
     parser.add_argument("--metrics-window", default="1m",
@@ -156,7 +157,7 @@ def handle(args: argparse.Namespace) -> int:
         peering = {"standalone": False, "peering_name": args.peering,
                    "priority": default_priority() if args.priority is None else args.priority}
     # The peering record names the pod (kopf reads POD_ID; the chart sets POD_NAME).
-    identity = os.environ.get("POD_NAME") or None
+    identity: Any = os.environ.get("POD_NAME") or None  # kopf's Identity is a NewType of str
     asyncio.run(kopf.operator(registry=registry, clusterwide=not args.namespace, namespaces=args.namespace,
                               liveness_endpoint=args.liveness, memo=kopf.Memo(ctx=ctx), identity=identity,
                               **peering))
