@@ -39,8 +39,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# TEST_ARGS: extra pytest arguments (.ci/run leaves out the chart runs that make image-test repeats).
 test: deps lint
-	$(BIN)/pytest -q -p no:cacheprovider tests
+	$(BIN)/pytest -q -p no:cacheprovider tests $(TEST_ARGS)
 
 # The fast loop: the pure unit tests only (no Prometheus, no emulator), under a minute.
 unit: $(STAMP)

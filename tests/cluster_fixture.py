@@ -344,16 +344,6 @@ class Pod:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
-    def stop(self) -> None:
-        if self.running:
-            self.kill(signal.SIGTERM)
-            assert self.process is not None
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill(signal.SIGKILL)
-                self.process.wait(5)
-
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -474,8 +464,10 @@ class Kubelet:
 
     def close(self) -> None:
         self._stop.set()
-        for pod in self.pods:
-            pod.stop()
+        for pod in self.pods:  # the cluster goes away with them: no graceful shutdown to wait for
+            pod.kill(signal.SIGKILL)
+            if pod.process is not None:
+                pod.process.wait(15)
             self.runtime.release(pod.name)
         for proxy in self._proxies:
             proxy.shutdown()

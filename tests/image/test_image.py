@@ -23,6 +23,7 @@ from tests.integration.test_chart_runs import (  # noqa: F401 (collected here to
     cluster,
     test_a_namespaced_operator_touches_nothing_outside_its_namespaces,
     test_ha_one_replica_acts_and_the_standby_takes_over_when_it_is_killed,
+    test_the_images_default_command_runs_the_operator,
     test_the_readme_install_section_runs_word_for_word,
     test_what_the_chart_renders_runs,
 )

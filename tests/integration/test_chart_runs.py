@@ -192,6 +192,27 @@ def test_the_readme_install_section_runs_word_for_word(cluster: EmulatedCluster)
                for p in cluster.kubelet.pods)
 
 
+# --- the image's own command line ------------------------------------------------------------------
+def test_the_images_default_command_runs_the_operator(cluster: EmulatedCluster) -> None:
+    """What `docker run IMAGE` runs: ENTRYPOINT and CMD, no arguments from a chart. The chart is
+    installed for its CRDs, RBAC and ServiceAccount only; this pod is the only operator."""
+    cluster.console.on_installed = lambda release, namespace: None  # no Deployment controller
+    cluster.console.run(f"kubectl create namespace {NAMESPACE}".split())
+    cluster.console.run(["helm", "install", RELEASE, "charts/infertune", "-n", NAMESPACE])
+    cluster.console.run(["kubectl", "apply", "-f", "policies/"])
+    container = {"name": "operator", "image": "infertune"}  # no command, no args: the image's own
+    pod = cluster.kubelet.start_pod({"metadata": {"labels": {}}, "spec": {
+        "serviceAccountName": RELEASE, "containers": [container]}}, NAMESPACE, "docker-run")
+    for port, path in ((8080, "/healthz"), (9090, "/metrics")):  # the CMD's ports
+        body = wait_for(f"{path} on :{port}", lambda p=port, q=path: _get(f"http://{pod.address}:{p}{q}")
+                        or (not pod.running and "exited"), OPERATOR_READY_SECONDS)
+        assert body != "exited", pod.log()[-3000:]
+    apply_example(cluster, "inference")
+    reconciled(cluster, "inference")
+    lines = log_lines(pod)
+    assert lines and all(isinstance(json.loads(line), dict) for line in lines)  # the CMD's --log-format=json
+
+
 # --- every ci scenario -----------------------------------------------------------------------------
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_what_the_chart_renders_runs(cluster: EmulatedCluster, scenario: str) -> None:
