@@ -6,16 +6,19 @@ import argparse
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
 
 from infertune import __version__, commands
-from infertune.errors import UserError
+from infertune.errors import InfertuneError
 
 # The lab's commands, when its distribution (infertune-lab) is not installed: named in the error.
 LAB_COMMANDS = ("bench", "demo", "simulate")
 ENTRY_POINTS = "infertune.commands"
+# Set to see the traceback of an internal error instead of its one line.
+TRACEBACK_ENV = "INFERTUNE_TRACEBACK"
 
 
 # Every public module under `commands/` exposes `register(subparsers)`, which adds its parser and
@@ -62,14 +65,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (UserError, ValueError, FileNotFoundError) as exc:
+    except InfertuneError as exc:
         print(f"infertune {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path the user named: missing, unreadable, not writable, disk full
+        if isinstance(exc, BrokenPipeError):  # `infertune plan ... | head` closed the pipe early: not an error
+            sys.stderr.close()
+            return 0
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"infertune {args.command}: error:{where} {exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `infertune plan ... | head` closed the pipe early: not an error
-        sys.stderr.close()
-        return 0
+    except Exception as exc:  # a bug: one line for the user, the traceback only when asked for
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        print(f"infertune {args.command}: internal error: {type(exc).__name__}: {exc} (a bug; rerun with "
+              f"{TRACEBACK_ENV}=1 for the traceback, and please report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ import kopf
 import pytest
 import yaml
 
-from infertune.actuate.apply import KubeApiError, KubeClient, client_from_environment
+from infertune.actuate.apply import KubeClient, client_from_environment
 from infertune.controller import OperatorContext, build_registry
+from infertune.errors import ApiError
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +98,6 @@ async def test_recommend_mode_leaves_the_workload_alone(kube: KubeClient, namesp
 
 def test_the_api_server_rejects_invalid_specs(kube: KubeClient, namespace: str) -> None:
     for change in ({"mode": "auto"}, {"concurrency": {"min": 64, "max": 4}}, {"tensorParallelSizes": [3]}):
-        with pytest.raises(KubeApiError) as info:
+        with pytest.raises(ApiError) as info:
             kube.apply(_doc(namespace, **change))
         assert info.value.status == 422

@@ -12,7 +12,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "infertune"
-README_PATH = REPO / "README.md"
+# The values reference is generated into the install page; the alerts' runbooks have a page of their own.
+VALUES_DOC = REPO / "docs" / "install.md"
+RUNBOOKS = REPO / "docs" / "runbooks.md"
 SCENARIOS = sorted(p.name.removesuffix("-values.yaml") for p in (CHART / "ci").glob("*-values.yaml"))
 RELEASE = "infertune"
 NAMESPACE = "infertune-system"

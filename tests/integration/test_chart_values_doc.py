@@ -1,4 +1,4 @@
-"""values.yaml documents every value, and the README's values reference is generated from it."""
+"""values.yaml documents every value, and docs/install.md's values reference is generated from it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.integration.chart_support import CHART, README_PATH, render_files
+from tests.integration.chart_support import CHART, VALUES_DOC, render_files
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +34,16 @@ def test_generator_finds_nested_values_and_their_defaults() -> None:
     assert gen.undocumented(text) == ["b.d"]
 
 
-def test_readme_values_reference_is_in_sync() -> None:
+def test_values_reference_is_in_sync() -> None:
     gen = _generator()
-    readme = README_PATH.read_text()
-    expected = gen.replace_block(readme, gen.table((CHART / "values.yaml").read_text()))
-    assert readme == expected, "run `python charts/infertune/hack/values_doc.py --write README.md`"
+    page = VALUES_DOC.read_text()
+    expected = gen.replace_block(page, gen.table((CHART / "values.yaml").read_text()))
+    assert page == expected, "run `python charts/infertune/hack/values_doc.py --write docs/install.md`"
 
 
-def test_readme_quotes_the_real_notes() -> None:
+def test_install_page_quotes_the_real_notes() -> None:
     notes = render_files()["infertune/templates/NOTES.txt"]
-    readme = README_PATH.read_text()
-    quoted = readme.split("NOTES, rendered with the default values):\n\n```text\n", 1)[1]
+    page = VALUES_DOC.read_text()
+    quoted = page.split("NOTES, rendered with the default values):\n\n```text\n", 1)[1]
     excerpt = quoted.split("   ...\n", 1)[0]
     assert notes.startswith(excerpt)

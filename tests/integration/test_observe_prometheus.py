@@ -102,7 +102,9 @@ def test_healthy_deployment_is_read_per_replica_and_aggregated(scene: Scene) -> 
     assert obs.prefix_hit_rate == pytest.approx(0.75, rel=0.01)
     assert obs.mean_inter_token_seconds == pytest.approx(0.025, rel=0.01)
     assert 0.5 < obs.ttft_p50_seconds < obs.ttft_p99_seconds <= 0.75
-    assert sorted(b for b, _ in obs.fit_samples) == [pytest.approx(4), pytest.approx(8)]
+    assert sorted(b for b, _, _ in obs.fit_samples) == [pytest.approx(4), pytest.approx(8)]
+    # The context behind each sample: KV use x the 80K-token pool / running (0.25 x 80K / 4, 0.5 x 80K / 8).
+    assert [c for _, _, c in sorted(obs.fit_samples)] == [pytest.approx(5000), pytest.approx(5000)]
     assert time.time() - obs.sample_time < 5
 
 
@@ -234,3 +236,4 @@ def test_fit_history_from_range_queries(scene: Scene) -> None:
     assert len(samples) >= 4
     assert {round(s.batch) for s in samples} == {4, 8}
     assert all(s.seconds == pytest.approx(0.025, rel=0.01) and 0 < s.weight <= 1 for s in samples)
+    assert all(s.context == pytest.approx(5000, rel=0.01) for s in samples)  # from cache_config_info

@@ -193,7 +193,7 @@ class LearningSource:
         batch = self.batches[self.polls % len(self.batches)]
         obs = Observation(namespace=NS, deployment=NAME, sample_time=at, available=True, running=batch,
                           waiting=0.0, kv_usage=0.3, mean_inter_token_seconds=0.0052 + 0.00165 * batch,
-                          fit_samples=((batch, 0.0052 + 0.00165 * batch),))
+                          fit_samples=((batch, 0.0052 + 0.00165 * batch, 84_000.0),))
         return Snapshot(time=at, observations={(NS, NAME): obs}, source=self.name)
 
     def close(self) -> None:
@@ -225,7 +225,10 @@ async def test_what_the_fit_learned_survives_an_operator_restart(kmock: Any) -> 
     # every window the first one kept is still there, beside the new ones.
     assert _rows(learned) < _rows(grown)
     assert grown["status"]["fit"]["samples"] > learned["status"]["fit"]["samples"]
-    assert grown["status"]["fit"]["slopeMs"] == pytest.approx(1.65, rel=0.05)
+    # The physics fit of the line's samples: it explains them, over the batches and context they span.
+    fit = grown["status"]["fit"]
+    assert fit["r2"] > 0.95 and (fit["batchMin"], fit["batchMax"]) == (2, 16) and fit["contextMin"] == 84_000
+    assert set(fit["terms"]) == {"overhead", "weights", "kv", "compute"}
 
 
 async def test_an_edited_model_configmap_is_noticed_on_the_next_cycle(kmock: Any) -> None:
@@ -276,7 +279,7 @@ async def test_a_rising_working_set_sets_cache_headroom_and_exports_time_to_clif
     # Pre-history: the trend needs 30 s of points, which a test does not wait for in real time.
     async with operator(kmock, source, poll_seconds=0.2) as ctx:
         for back in range(120, 0, -10):
-            ctx.history.record(source.poll(now=time.time() - back))
+            ctx.hub.history.record(source.poll(now=time.time() - back))
         await post(kmock, resource(mode="Recommend"), INFD)
         warned = await eventually(lambda: (c := condition(stored(kmock, INFD, NAME), "CacheHeadroom"))
                                   and c["status"] == "False" and c, timeout=20)

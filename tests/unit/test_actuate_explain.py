@@ -23,3 +23,31 @@ def test_explain_shows_the_choice_and_why_others_were_rejected(capsys: pytest.Ca
 def test_explain_needs_a_name_or_a_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain"]) == 2
     assert "give NAME" in capsys.readouterr().err
+
+
+def test_explain_shows_the_pass_interval_and_the_fit_the_operator_learnt() -> None:
+    """The choice's per-pass time with its interval and source, and (from a resource's status) the fit's terms."""
+    import numpy as np
+    import yaml
+
+    from infertune.api.policy import parse_policy
+    from infertune.api.spec import parse_spec
+    from infertune.commands.explain import render_explanation
+    from infertune.model.passfit import SampleSet
+    from infertune.planner import plan
+    from infertune.planner.request import resolve
+
+    spec = yaml.safe_load((ROOT / "examples/kimi-k2.6-b200.yaml").read_text())["spec"]
+    policy = yaml.safe_load((ROOT / "policies/coding-agent.yaml").read_text())["spec"]
+    resolved = resolve(parse_spec(spec), parse_policy(policy), None)
+    batch = np.array([1.0, 2.0, 3.0])  # learnt at 1..3 streams: everything above is extrapolated
+    samples = SampleSet(tuple(batch), tuple(0.0052 + 0.00165 * batch), (84_528.0,) * 3, (1.0,) * 3)
+    request = resolved.request.__class__(**{**resolved.request.__dict__, "fits": {4: samples, 8: samples}})
+    the_plan = plan(request, None, 0.0)
+    status = {"fit": {"tensorParallelSize": 4, "terms": {"overhead": 1.0, "weights": 0.3, "kv": 4.1, "compute": 0.3},
+                      "r2": 0.99, "samples": 3, "batchMin": 1, "batchMax": 3, "contextMin": 84528,
+                      "contextMax": 84528}}
+    out = render_explanation(resolved, status, the_plan, 4)
+    line = next(x for x in out.splitlines() if x.startswith("per pass:"))
+    assert "interval" in line and "fit+napkin" in line and "slow end" in line
+    assert "fit:          TP4 per-pass = napkin terms x (overhead 1, weights 0.3, kv 4.1, compute 0.3)" in out

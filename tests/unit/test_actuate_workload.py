@@ -10,11 +10,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from infertune.actuate.request import resolve
 from infertune.actuate.workload import INPUT_HASH, Owner, desired_objects
 from infertune.api.policy import parse_policy
 from infertune.api.spec import InferenceDeploymentSpec, parse_spec
 from infertune.cli import main
+from infertune.planner.request import resolve
 from infertune.planner.types import Layout
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.chart_support import README_PATH, RELEASE, rule_groups
+from tests.integration.chart_support import RELEASE, RUNBOOKS, rule_groups
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
                                 reason="promtool missing: run `make system-deps`")
@@ -217,12 +217,13 @@ def test_thresholds_come_from_values(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_every_alert_links_a_runbook_section_in_the_readme() -> None:
-    readme = README_PATH.read_text()
+def test_every_alert_links_its_runbook_section() -> None:
+    runbooks = RUNBOOKS.read_text()
     for group in rule_groups():
         for rule in group["rules"]:
             name, notes = rule["alert"], rule["annotations"]
             assert notes["summary"] and notes["description"], name
-            assert notes["runbook_url"] == f"https://github.com/infertune/infertune#runbook-{name.lower()}"
-            assert f"### Runbook: {name}\n" in readme, f"README has no runbook section for {name}"
+            assert notes["runbook_url"] == ("https://github.com/infertune/infertune/blob/main/docs/runbooks.md"
+                                            f"#runbook-{name.lower()}")
+            assert f"## Runbook: {name}\n" in runbooks, f"docs/runbooks.md has no runbook section for {name}"
 

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 import yaml
 
-from infertune.actuate.request import SpecError, resolve
 from infertune.api.conditions import Condition, ConditionUpdate, initial_conditions, merge_conditions
 from infertune.api.policy import apply_policy, parse_policy
 from infertune.api.quantities import format_duration, parse_decimal, parse_duration
 from infertune.api.spec import parse_spec
+from infertune.errors import SpecError
+from infertune.planner.request import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,7 @@ def _spec(**changes: Any) -> dict[str, Any]:
     ({"tunning": {}}, "spec.tunning"),
 ])
 def test_bad_fields_are_named_in_one_line(raw: dict[str, Any], field: str) -> None:
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(SpecError) as info:
         parse_spec({**_spec(), **raw})
     message = str(info.value)
     assert message.startswith(field), message
@@ -46,7 +47,7 @@ def test_bad_fields_are_named_in_one_line(raw: dict[str, Any], field: str) -> No
 
 
 def test_missing_model_source_is_named() -> None:
-    with pytest.raises(ValueError, match=r"^spec.model: exactly one of"):
+    with pytest.raises(SpecError, match=r"^spec.model: exactly one of"):
         parse_spec({"model": {"weights": "x"}})
 
 
@@ -107,7 +108,7 @@ def test_durations_and_decimals() -> None:
     assert parse_duration("1h30m") == 5400 and parse_duration("1500ms") == 1.5
     assert parse_decimal("5.50") == 5.5
     assert format_duration(1800) == "30m" and format_duration(0.25) == "250ms"
-    with pytest.raises(ValueError, match=r"spec\.x"):
+    with pytest.raises(SpecError, match=r"spec\.x"):
         parse_duration("soon", "spec.x")
 
 

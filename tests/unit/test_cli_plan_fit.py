@@ -127,3 +127,67 @@ def test_plan_from_an_inference_deployment_file(capsys, monkeypatch):
     doc = json.loads(out)
     assert code == 0 and doc["choice"]["tensor_parallel_size"] in (4, 8)
     assert not (doc["choice"]["tensor_parallel_size"] == 8 and doc["choice"]["max_num_seqs"] >= 36)
+
+
+def test_fit_with_a_model_prints_each_terms_coefficient_and_predictions_with_intervals(capsys, tmp_path):
+    """The issue's shape, exactly: terms, R^2, and predictions with their interval and source."""
+    csv = tmp_path / "b200.csv"
+    # docs/validation: DeepSeek-R1 on 8x B200, 1K/1K, the three smallest concurrencies.
+    csv.write_text("batch,per_pass_ms,context_tokens\n3.9,8.19,1536\n7.8,9.36,1536\n15.5,11.48,1536\n")
+    code, out, _ = run(capsys, "fit", "--model", "deepseek-r1", "--gpu", "b200", "--tp", "8", "--samples",
+                       str(csv), "--predict", "8,48,64", "--output", "json")
+    doc = json.loads(out)
+    assert code == 0 and set(doc) == {"terms", "r2", "predictions"}
+    assert [t["name"] for t in doc["terms"]] == ["overhead", "weights", "kv", "compute"]
+    assert all(set(t) == {"name", "coefficient"} and t["coefficient"] >= 0 for t in doc["terms"])
+    assert doc["r2"] > 0.9
+    assert [p["batch"] for p in doc["predictions"]] == [8, 48, 64]
+    for p in doc["predictions"]:
+        assert set(p) == {"batch", "per_pass_ms", "low_ms", "high_ms", "source"}
+        assert p["low_ms"] < p["per_pass_ms"] < p["high_ms"]
+    inside, p48, p64 = doc["predictions"]
+    assert inside["source"] == "fit" and p48["source"] == p64["source"] == "fit+napkin"
+    # The band widens away from the samples.
+    assert (p64["high_ms"] - p64["low_ms"]) / p64["per_pass_ms"] > (inside["high_ms"] - inside["low_ms"]) / inside[
+        "per_pass_ms"]
+    code, out, _ = run(capsys, "fit", "--model", "deepseek-r1", "--gpu", "b200", "--tp", "8", "--samples",
+                       str(csv), "--predict", "48,64")
+    assert code == 0 and "overhead" in out and "fit+napkin" in out and "R²" in out
+
+
+def test_fit_without_a_context_is_one_clear_line(capsys, tmp_path):
+    csv = tmp_path / "s.csv"
+    write_samples(csv, [(4, 11.8), (8, 18.4), (16, 31.6)])
+    code, _, err = run(capsys, "fit", "--model", "kimi-k2.6", "--samples", str(csv))
+    assert code == 2 and "--context-tokens" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "fit", "--model", "kimi-k2.6", "--samples", str(csv), "--context-tokens", "84528",
+                       "--output", "json")
+    assert code == 0 and json.loads(out)["predictions"][0]["source"] == "fit+napkin"  # B=1 is below the samples
+    csv.write_text("batch,per_pass_ms\n4,11.8\ninf,18.4\n16,31.6\n")
+    code, _, err = run(capsys, "fit", "--samples", str(csv))
+    assert code == 2 and "line 3" in err
+
+
+def test_simulate_sweep_replays_fixed_lengths_in_a_closed_loop(capsys):
+    code, out, _ = run(capsys, "simulate", "sweep", "--model", "gpt-oss-120b", "--gpu", "h100", "--tp", "8",
+                       "--prompt-tokens", "1024", "--output-tokens", "1024", "--concurrency", "4,16",
+                       "--warmup", "30", "--duration", "120", "--output", "json")
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["concurrency"] for r in rows] == [4, 16]
+    assert all(r["prefix_hit_rate"] == 0 for r in rows)  # one turn a session: no prompt is ever cached
+    assert rows[1]["aggregate_tps"] > rows[0]["aggregate_tps"]
+    code, _, err = run(capsys, "simulate", "sweep", "--prompt-tokens", "1024")
+    assert code == 2 and "--output-tokens" in err and err.count("\n") == 1
+
+
+def test_plan_from_samples_uses_the_physics_fit_with_their_context(capsys, tmp_path):
+    csv = tmp_path / "tp8.csv"
+    csv.write_text("batch,per_pass_ms,context_tokens\n2,8.5,84528\n4,11.8,84528\n8,18.4,84528\n16,31.6,84528\n")
+    code, out, _ = run(capsys, "plan", "--tp", "4,8", "--samples", str(csv), "--min-stream-tps", "25", "--output",
+                       "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["choice"] is not None
+    tp8 = {c["max_num_seqs"]: c for c in doc["candidates"] if c["tensor_parallel_size"] == 8}
+    assert tp8[8]["pass_source"] == "fit" and tp8[40]["pass_source"] == "fit+napkin"
+    assert tp8[8]["per_pass_ms"] == pytest.approx(18.4, rel=0.05)
+    assert tp8[40]["per_pass_low_ms"] < tp8[40]["per_pass_ms"] < tp8[40]["per_pass_high_ms"]

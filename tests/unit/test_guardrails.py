@@ -93,7 +93,10 @@ def test_relayout_only_when_the_saving_beats_the_restart():
     _, d = run(3.0, PlannerState(applied=Layout(4, 7, 12)))
     assert d.action is Action.HOLD and d.reason == "RelayoutNotWorthIt"
     # Within the re-layout cooldown the running shape only follows demand: 12 -> 8 TP8 replicas, 2 at a time.
-    _, d = run(3.0, PlannerState(applied=Layout(8, 16, 12), last_relayout_at=NOW - 900))
+    # (The stabilisation window has seen the demand: its history is older than the window.)
+    history = ((NOW - 5000, 8),)
+    _, d = run(3.0, PlannerState(applied=Layout(8, 16, 12), last_relayout_at=NOW - 900,
+                                 recent_recommendations=history))
     assert d.action is Action.SCALE_DOWN and d.target == Layout(8, 16, 10) and "RelayoutCooldown" in d.message
 
 
@@ -202,3 +205,20 @@ def test_a_scale_down_stops_at_the_highest_count_recommended_within_a_model_load
     old = PlannerState(applied=Layout(4, 8, 10), recent_recommendations=((NOW - 700, 8),))
     _, d = run(1.0, old)
     assert d.target == Layout(4, 8, 10 - RAILS.max_step_replicas)
+
+
+def test_no_scale_down_before_a_whole_window_of_demand_figures():
+    """A first visit (or a restart that lost status) has no history: what runs counts as recommended
+    now, as the HPA seeds its window, so a lull in the first minutes releases nothing."""
+    running = Layout(4, 8, 10)
+    state = PlannerState(applied=running)
+    _, d = run(1.0, state)
+    assert d.action is Action.HOLD and d.reason == "ScaleDownStabilizing"
+    state = next_state(state, d, RAILS)
+    assert state.recent_recommendations[0] == (NOW, 10)
+    # A whole window (the model load, 600 s) of figures that want fewer: then it goes.
+    later = NOW + 700
+    p = plan(request(1.0), Observation("ns", "kimi", sample_time=later - 5, available=True, arrival_rate=1.0), later)
+    d = decide(p, replace(state, recent_recommendations=((NOW, 10), (later - 100, 4))),
+               Observation("ns", "kimi", sample_time=later - 5, available=True, arrival_rate=1.0), RAILS, later)
+    assert d.action is Action.SCALE_DOWN and d.target is not None and d.target.replicas < 10

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from infertune.errors import StatusError
 from infertune.observe import FitMemory, FitSample
 
 
@@ -54,8 +55,9 @@ def test_layouts_are_fitted_separately() -> None:
     memory.add(8, _seed000_samples(rng))
     memory.add(4, [(b, (8.0 + 2.9 * b) * 1e-3) for b in (2, 4, 8, 12, 16, 24)], now=5.0)
     fits = memory.fits()
-    assert set(fits) == {4, 8}
-    assert fits[4].slope_s == pytest.approx(2.9e-3, rel=1e-6)
+    assert set(fits) == {4, 8} and len(fits[4]) == 6 and len(fits[8]) == len(memory.samples(8))
+    assert fits[4].batches == (2, 4, 8, 12, 16, 24) and fits[4].contexts == (0.0,) * 6  # context unknown
+    assert memory.fit(4).slope_s == pytest.approx(2.9e-3, rel=1e-6)
 
 
 def test_too_few_or_degenerate_samples_give_no_fit() -> None:
@@ -107,5 +109,15 @@ def test_status_round_trip_survives_a_restart() -> None:
     ({"version": 1, "layouts": {"8": [[1, "x", 1, 0]]}}, "non-number"),
 ])
 def test_bad_status_names_the_field(status: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(StatusError, match=field):
         FitMemory.from_status(status)
+
+
+def test_memory_keeps_the_context_spread_too() -> None:
+    """Hours at one batch and one context do not wash out the few windows seen at another context:
+    those are what tell the KV term from the weights."""
+    memory = FitMemory(max_samples=32)
+    memory.add(8, [FitSample(16.0, 0.045, 1.0, float(i), 120_000.0) for i in range(4)])
+    memory.add(8, [FitSample(16.0, 0.0316, 1.0, 100.0 + i, 30_000.0) for i in range(500)])
+    contexts = [s.context for s in memory.samples(8)]
+    assert len(contexts) == 32 and contexts.count(120_000.0) == 4

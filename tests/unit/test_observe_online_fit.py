@@ -9,6 +9,8 @@ are the production path. Only the HTTP GET is skipped.
 from __future__ import annotations
 
 import random
+import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -43,3 +45,14 @@ def test_fit_recovers_the_twins_line_after_five_simulated_minutes(workload: str,
     assert max(batches) / min(batches) > 4  # the load really varied
     assert fit.intercept_s == pytest.approx(A, rel=0.10)
     assert fit.slope_s == pytest.approx(B, rel=0.10)
+    # Every sample carries its batch's context, read from the exporter's KV use and cache_config_info, and
+    # the physics fit explains the samples at their own batch and context about as well as the line does.
+    samples = memory.samples(8)
+    assert all(s.context > 0 for s in samples)
+    learnt = replace(config.performance_model(), fits={8: memory.sample_set(8)})
+    physics = learnt.pass_fit(8)
+    assert physics is not None and physics.r2 >= fit.r2 - 0.02
+    errors = [abs(learnt.per_pass(8, s.batch, context=s.context).seconds / s.seconds - 1) for s in samples]
+    # (The twin's passes are a line by construction, and its windows mix in prefill chunks: the samples
+    # scatter by ~8% about the line itself.)
+    assert statistics.median(errors) < 0.15

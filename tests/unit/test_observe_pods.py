@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from infertune.api.observation import MetricsFault
+from infertune.errors import UserError
 from infertune.observe import Expected, PodsSource, PodTarget
 from tests.prometheus_fixture import EnginePayload, PayloadServer
 
@@ -53,7 +54,9 @@ def test_first_poll_has_gauges_and_no_rates_then_rates_from_deltas(payload_serve
     assert obs.mean_inter_token_seconds == pytest.approx(0.025)
     assert 0.5 < obs.ttft_p50_seconds <= 0.75 and obs.ttft_p99_seconds <= 0.75
     assert obs.kv_capacity_tokens == 160_000
-    assert sorted(obs.fit_samples) == [(4.0, pytest.approx(0.025)), (8.0, pytest.approx(0.025))]
+    # Each sample carries its streams' context: KV use x the pool / running streams (0.2 x 160K / 4, 0.5 x 160K / 8).
+    assert sorted(obs.fit_samples) == [(4.0, pytest.approx(0.025), pytest.approx(8000)),
+                                       (8.0, pytest.approx(0.025), pytest.approx(10_000))]
     assert [r.pod for r in obs.replicas] == ["pod-0", "pod-1"]
     source.close()
 
@@ -146,10 +149,10 @@ def test_preempting_window_gives_no_fit_sample(payload_servers) -> None:
     clock.t += 20
     obs = source.poll().get(*KEY)
     assert obs.preemption_rate == pytest.approx(0.5)
-    assert [b for b, _ in obs.fit_samples] == [8.0]
+    assert [b for b, _, _ in obs.fit_samples] == [8.0]
 
 
 @pytest.mark.parametrize("text", ["nohost", "ns/chat=127.0.0.1:80", "127.0.0.1:http"])
 def test_bad_targets_are_one_line_errors(text: str) -> None:
-    with pytest.raises(ValueError, match="target"):
+    with pytest.raises(UserError, match="target"):
         PodTarget.parse(text)

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from infertune.errors import UserError
 from infertune.model import LinearFit, PerformanceModel, Workload, load_gpu, load_model
 from infertune_lab.sim import Engine, Fleet, OpenSessions, ReplicaConfig, RequestSpec, SessionShape, shape
 from infertune_lab.sim.sweep import SweepRow, sweep
@@ -178,7 +179,7 @@ def test_replica_config_reads_a_pods_vllm_flags() -> None:
     config = ReplicaConfig.from_args(["vllm", "serve", "m", "--tensor-parallel-size", "4", "--max-num-seqs=12",
                                       "--num-gpu-blocks-override", "900", "--port", "8000"])
     assert (config.tp, config.max_num_seqs, config.num_gpu_blocks) == (4, 12, 900)
-    with pytest.raises(ValueError, match="--max-num-seqs: 'many'"):
+    with pytest.raises(UserError, match="--max-num-seqs: 'many'"):
         ReplicaConfig.from_args(["--max-num-seqs", "many"])
 
 

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infertune.cli import main
+from infertune.errors import UserError
 from infertune_lab.sim import Engine, ReplicaConfig, RequestSpec, shape
 from infertune_lab.sim.exporter import ReplicaView, render
 from infertune_lab.sim.live import LiveFleet
@@ -134,7 +135,7 @@ def test_live_fleet_adds_loads_reconfigures_and_drains() -> None:
 def test_live_fleet_reports_a_busy_port_clearly() -> None:
     with LiveFleet([SMALL]) as first:
         port = int(first.targets[0].rsplit(":", 1)[1])
-        with pytest.raises(ValueError, match=f"cannot listen on 127.0.0.1:{port}"):
+        with pytest.raises(UserError, match=f"cannot listen on 127.0.0.1:{port}"):
             LiveFleet([SMALL], base_port=port).start()
 
 

@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 
+from infertune.errors import UserError
 from infertune_lab.sim import RequestRecord, RequestSpec, TrafficSource
 from infertune_lab.sim.scenario import (
     Phase,
@@ -68,7 +69,7 @@ def test_scaled_shape_hits_its_target_and_keeps_answers() -> None:
     assert small.output_mean == CODING_AGENT.output_mean
     assert small.fresh_mean < CODING_AGENT.fresh_mean
     assert mean_prompt(small) == pytest.approx(40_000, rel=0.02)
-    with pytest.raises(ValueError, match="out of reach"):
+    with pytest.raises(UserError, match="out of reach"):
         scaled_to_context(CODING_AGENT, 5_000_000)
 
 
@@ -95,7 +96,7 @@ def test_compressed_day_peaks_in_the_afternoon() -> None:
 
 
 def test_bad_scenarios_say_what_is_wrong() -> None:
-    with pytest.raises(ValueError, match="unknown scenario 'nope'"):
+    with pytest.raises(UserError, match="unknown scenario 'nope'"):
         scenario("nope", 1.0, 60.0)
     with pytest.raises(ValueError, match="time order"):
         Scenario("x", 10.0, CODING_AGENT, (Phase(5.0, 1.0), Phase(1.0, 1.0)))

@@ -1,7 +1,7 @@
 """Generate the chart's values reference (a Markdown table) from the `# --` comments in values.yaml.
 
-`python charts/infertune/hack/values_doc.py` prints the table; `--write README.md` replaces the
-text between the README's values-reference markers. A test fails when the README is out of date.
+`python charts/infertune/hack/values_doc.py` prints the table; `--write docs/install.md` replaces
+the text between that page's values-reference markers. A test fails when the page is out of date.
 """
 
 from __future__ import annotations

@@ -63,11 +63,14 @@ class Actuator:
         for _ in range(layout.replicas):
             self._add(layout, at=self.fleet.now - self.load_seconds)
 
-    def apply(self, layout: Layout) -> None:
-        """Sets the desired layout; the fleet converges on it over the following reconciles."""
+    def apply(self, layout: Layout, max_surge: int | None = None) -> None:
+        """Sets the desired layout (and, when the workload names it, its rollout's maxSurge); the
+        fleet converges on it over the following reconciles."""
         if self.target is not None and not layout.same_shape(self.target):
             self.relayouts += 1
         self.target = layout
+        if max_surge is not None:
+            self.max_surge = max_surge
         self.reconcile()
 
     # --- the Deployment controller ------------------------------------------------------------

@@ -4,7 +4,7 @@ Every scenario is sized from the capacity table rather than by a constant: its p
 trace, its mean) needs `FILL` of the pool's GPUs with the hindsight-best layout, so each policy
 has room to over- or under-provision. The traffic is rebuilt from the seed for every policy.
 
-- coding-agent-day: seed 000's sessions through sim.scenario's WORKDAY profile (7:1 peak to trough);
+- coding-agent-day: the load test's coding-agent sessions through sim.scenario's WORKDAY profile (7:1 peak to trough);
 - spike: a third of the peak, then 3x for the middle fifth of the run, reached in 60 s;
 - context-growth: a steady session rate whose mean prompt grows from 40K to 100K tokens;
 - azure-code (or any `--trace`): the trace replayed `rate_multiplier` times faster, back to back
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from infertune.errors import UserError
 from infertune_lab.bench.capacity import CapacitySweep, LayoutCapacity
 from infertune_lab.sim import RequestRecord, SessionShape, TraceReplay, TrafficSource, load_trace
 from infertune_lab.sim.scenario import Scenario, scaled_to_context, scenario, turns_per_session
@@ -100,7 +101,7 @@ def best_capacity(sweep: CapacitySweep, shape: SessionShape, tps: Sequence[int])
     """The qualifying layout with the most requests/s per GPU."""
     rows = [c for c in sweep.table(shape, tps) if c.qualifies()]
     if not rows:
-        raise ValueError(f"no layout of TP {list(tps)} meets the SLO for the {shape.name} shape")
+        raise UserError(f"no layout of TP {list(tps)} meets the SLO for the {shape.name} shape")
     return max(rows, key=lambda c: c.sustained_rps / c.tp)
 
 
@@ -111,7 +112,7 @@ def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, s
         return _trace_case(name if trace is None else trace.stem, trace or AZURE_CODE, sweep, tps, pool_gpus, seed,
                            duration or DURATIONS["azure-code"], rate_multiplier)
     if name not in NAMES:
-        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, all")
+        raise UserError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, all")
     length = duration or DURATIONS[name]
     # A first guess from the base shape, then scaled so that the heaviest window of the hindsight
     # demand needs FILL of the pool (contexts that grow change both turns per session and capacity).
@@ -150,7 +151,7 @@ def _trace_case(name: str, path: Path, sweep: CapacitySweep, tps: Sequence[int],
         best = best_capacity(sweep, trace_shape(rows), tps)
         multiplier = FILL * pool_gpus / best.tp * best.sustained_rps / rate
     if multiplier <= 0:
-        raise ValueError("--rate-multiplier must be > 0")
+        raise UserError("--rate-multiplier must be > 0")
     note = (f"{path.name}: {len(rows):,} requests over {span / 60:.0f} min replayed {multiplier:.1f}x faster "
             f"({rate * multiplier:.1f} req/s), back to back for {duration / 3600:g} h")
     return BenchCase(name, duration, seed, trace=rows, rate_multiplier=multiplier, note=note)

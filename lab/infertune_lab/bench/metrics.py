@@ -1,6 +1,6 @@
 """What the benchmark reports per policy, and how each figure is defined.
 
-Throughput and latency are never folded into one number (seed 002): TTFT and per-stream speed
+Throughput and latency are never folded into one number (docs/sources.md#separate-slas): TTFT and per-stream speed
 each have their own attainment, and cost and goodput stand beside them.
 
 - sla_attainment_ttft: share of requests whose TTFT <= the SLO's limit;

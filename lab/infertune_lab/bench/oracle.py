@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from infertune.errors import UserError
 from infertune.planner.types import Layout
 from infertune_lab.bench.capacity import CapacitySweep, LayoutCapacity
 from infertune_lab.bench.cases import BenchCase
@@ -53,7 +54,7 @@ def fewest_gpus(rows: Sequence[LayoutCapacity], demand: float, pool_gpus: int, p
         options.append((replicas * row.tp > pool_gpus, replicas * row.tp, not same,
                         -row.sustained_rps / row.tp, Layout(row.tp, row.max_num_seqs, replicas)))
     if not options:
-        raise ValueError("no layout in the sweep meets the SLO")
+        raise UserError("no layout in the sweep meets the SLO")
     over, _, _, _, layout = min(options, key=lambda o: o[:4])
     if over:  # the pool cannot serve the demand: the layout with the most capacity that fits
         fits = [r for r in rows if r.qualifies()]

@@ -28,7 +28,11 @@ KV_TARGET = 0.8
 
 class Policy(Protocol):
     name: str
-    max_surge: int | None  # the Deployment strategy its layout changes roll with (None: blue/green)
+
+    @property
+    def max_surge(self) -> int | None:
+        """The Deployment strategy its layout changes roll with (None: blue/green)."""
+        ...
 
     def start(self) -> Layout:
         """The layout serving when the run begins."""

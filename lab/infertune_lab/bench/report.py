@@ -9,7 +9,7 @@ from typing import Any
 
 from infertune_lab.bench.suite import ScenarioResult
 
-# (header, field, format); throughput and latency stay in separate columns (seed 002).
+# (header, field, format); throughput and latency stay in separate columns (docs/sources.md#separate-slas).
 COLUMNS = (
     ("SLA TTFT", "sla_attainment_ttft", "{:.2%}"),
     ("SLA TPS", "sla_attainment_tps", "{:.2%}"),

@@ -68,8 +68,9 @@ def run_policy(setup: RunSetup, policy: Policy) -> PolicyRun:
     end = begin + setup.case.duration
     traffic = CountedTraffic(setup.case.traffic(), begin, end)
     fleet = Fleet(traffic, router="session-affinity", seed=setup.case.seed, sample_interval=CLIFF_SAMPLE_SECONDS)
+    first = policy.start()  # before the actuator: infertune's strategy comes with the workload it renders
     actuator = Actuator(fleet, setup.replica, setup.load_seconds, policy.max_surge, origin=begin)
-    actuator.start(policy.start())
+    actuator.start(first)
     fleet.run_until(begin)
     cliff = CliffMeter(CLIFF_SAMPLE_SECONDS)
     cliff.consume(fleet, count=False)

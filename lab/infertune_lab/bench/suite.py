@@ -1,8 +1,8 @@
 """One scenario, every policy: build the case, the sweep and the schedules, run the policies.
 
-The twin's replicas follow seed 000's measured per-pass line at TP8 (5.2 ms + 1.65 ms x B) and
-the calibrated napkin elsewhere, the same truth for every policy; infertune does not get that
-line, it learns its own from the pods' metrics. Policies run in up to two processes (this
+The twin's replicas follow the load test's measured per-pass line at TP8, 5.2 ms + 1.65 ms x B
+(docs/sources.md#kimi-b200), and the calibrated napkin elsewhere, the same truth for every policy;
+infertune does not get that line, it learns its own from the pods' metrics. Policies run in up to two processes (this
 machine has two cores); each rebuilds the traffic from the seed, so all see the same requests.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infertune.errors import UserError
 from infertune.model import LinearFit
 from infertune.planner.types import Layout
 from infertune_lab.bench.actuation import FleetPoint
@@ -28,7 +29,7 @@ from infertune_lab.bench.tuned import Infertune, bench_resource, slo_of
 from infertune_lab.sim import ReplicaConfig
 
 POLICIES = ("infertune", "static", "hpa-kv", "keda-queue", "oracle")
-HAND_PICKED = (4, 8)  # seed 000's TP4, max-num-seqs 8
+HAND_PICKED = (4, 8)  # the load test's hand pick: TP4, max-num-seqs 8
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)
 POOL_GPUS = 64
 
@@ -75,9 +76,9 @@ def _policies(names: Sequence[str], setup: RunSetup, sweep: CapacitySweep, windo
     first = Layout(*HAND_PICKED, static_layout(picked, windows[:1], pool_gpus).replicas)
     max_replicas = pool_gpus // HAND_PICKED[0]
     first_demand = peak_demand(arrivals, 0.0, windows[0].end)
-    resolved, namespace, name = bench_resource(pool_gpus, setup.load_seconds, first_demand)
+    resource = bench_resource(pool_gpus, setup.load_seconds, first_demand)
     build_one: dict[str, Callable[[], Policy]] = {
-        "infertune": lambda: Infertune(resolved, namespace, name),
+        "infertune": lambda: Infertune(resource),
         "static": lambda: Static(static_layout(picked, windows, pool_gpus)),
         "hpa-kv": lambda: HpaKv(first, max_replicas),
         "keda-queue": lambda: KedaQueue(first, max_replicas),
@@ -95,8 +96,8 @@ def run_scenario(name: str, options: Options, progress: Progress = stderr) -> Sc
     wall = time.perf_counter()
     unknown = [p for p in options.policies if p not in POLICIES]
     if unknown:
-        raise ValueError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
-    resolved, _, _ = bench_resource(options.pool_gpus, options.startup_seconds)
+        raise UserError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
+    resolved = bench_resource(options.pool_gpus, options.startup_seconds).resolved()
     load = options.startup_seconds or float(resolved.spec.engine.startup_seconds)
     slo = slo_of(resolved)
     tps = resolved.request.tp_sizes

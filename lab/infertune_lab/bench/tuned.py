@@ -1,32 +1,38 @@
-"""The infertune policy: what the operator does every cycle, run against the twin in virtual time.
+"""The infertune policy: the operator's own Reconciler, driven against the twin in virtual time.
 
-Nothing here decides. The resource is seed 000's example with the coding-agent ServingPolicy,
-resolved by `actuate.request.resolve`; each pod's /metrics samples (the exporter's, as the text
-parser would return them) are read by the real `PodsSource` (deltas, fault rules) into the real
-`Observation`; the poller runs
-every 15 s as the operator's does, and every `spec.tuning.interval` the `tune` handler's body runs:
-feed `FitMemory`, call `controller.cycle.run_cycle`, apply `outcome.apply`, keep `outcome.status`
-for the next cycle. The virtual clock starts at EPOCH so timestamps in the status look real.
+Nothing here decides. The resource is the example InferenceDeployment with the coding-agent
+ServingPolicy (only the pool, the replica bound, the load time and the first demand hint change;
+the metrics source is the pods, as the bench reads each replica's samples). Its ports are in
+memory: `TwinCluster` renders nothing itself: it receives the Deployment the reconciler renders
+with the real builders and hands its layout and rollout strategy to the actuator (the Deployment
+controller of the bench), and reports the rollout back as a Deployment's status would; the metrics
+hub is the operator's own, fed every 15 s by the real `PodsSource` reading each ready replica's
+samples (what prometheus_client's parser returns for its /metrics text). Every 30 s the reconciler's
+`tune` runs exactly as the kopf timer runs it. The virtual clock starts at EPOCH so timestamps in
+the status look real.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
 import yaml
 
-from infertune.actuate.request import Resolved, resolve, starting_layout
+from infertune.actuate.workload import WorkloadKind, layout_of_workload, max_surge_of
 from infertune.api.policy import parse_policy
-from infertune.api.quantities import parse_duration
 from infertune.api.spec import parse_spec
-from infertune.controller.cycle import CycleInput, run_cycle
-from infertune.controller.status import WorkloadState, iso, layout_of
-from infertune.model.early_warning import WarningPolicy
-from infertune.observe import Expected, FitMemory, PodsSource, PodTarget, Snapshot
-from infertune.observe.history import PressureHistory
+from infertune.controller.hub import MetricsHub
+from infertune.controller.memory import MemoryCluster, MemoryReport
+from infertune.controller.reconciler import Reconciler, Resource
+from infertune.controller.status import WorkloadState
+from infertune.errors import UserError
+from infertune.observe import Expected, PodsSource, PodTarget
 from infertune.observe.textformat import Reading, read_samples
+from infertune.planner.request import Resolved, resolve
 from infertune.planner.types import Layout
 from infertune_lab.bench.actuation import Actuator
 from infertune_lab.bench.metrics import Slo
@@ -36,7 +42,8 @@ REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples/kimi-k2.6-b200.yaml"
 POLICY = REPO / "policies/coding-agent.yaml"
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-POLL_SECONDS = 15.0  # OperatorContext.poll_seconds
+POLL_SECONDS = 15.0  # the operator's default --poll-seconds
+Key = tuple[str, str]
 
 
 def _document(path: Path) -> dict[str, Any]:
@@ -46,114 +53,174 @@ def _document(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def bench_resource(pool_gpus: int, startup_seconds: float | None = None,
-                   expected_rps: float | None = None) -> tuple[Resolved, str, str]:
-    """(resolved spec, namespace, name): the example resource sized for the bench's pool.
+@dataclass(frozen=True)
+class BenchResource:
+    """The example resource as the bench runs it, and the ServingPolicy it names."""
 
-    Only the pool and replica bounds, the load time and the starting demand hint (when given) change; the SLO,
-    TP sizes, concurrency range and guardrails are the example's and the policy's own.
-    """
+    document: dict[str, Any]
+    policy: dict[str, Any]
+
+    @property
+    def namespace(self) -> str:
+        return str(self.document["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.document["metadata"]["name"])
+
+    def resolved(self) -> Resolved:
+        return resolve(parse_spec(self.document["spec"]), parse_policy(self.policy["spec"]), None)
+
+
+def bench_resource(pool_gpus: int, startup_seconds: float | None = None,
+                   expected_rps: float | None = None) -> BenchResource:
+    """The example resource sized for the bench's pool. Only the pool and replica bounds, the load
+    time, the metrics source (the pods) and the starting demand hint (when given) change; the SLO,
+    TP sizes, concurrency range and guardrails are the example's and the policy's own."""
     doc, policy = _document(EXAMPLE), _document(POLICY)
     spec = doc["spec"]
     spec["hardware"]["poolGpus"] = pool_gpus
     spec["tuning"]["replicas"]["max"] = pool_gpus // min(spec["tuning"]["tensorParallelSizes"])
+    spec["metrics"] = {"source": "Pods"}
     if startup_seconds is not None:
         spec["engine"]["startupSeconds"] = round(startup_seconds)
     if expected_rps is not None:
         spec["workload"] = {**spec.get("workload", {}), "expectedRequestsPerSecond": f"{expected_rps:.3f}"}
-    resolved = resolve(parse_spec(spec), parse_policy(policy["spec"]), None)
-    return resolved, doc["metadata"]["namespace"], doc["metadata"]["name"]
+    return BenchResource(doc, policy)
 
 
 def slo_of(resolved: Resolved) -> Slo:
     slo = resolved.request.slo
     if slo.max_ttft_seconds is None or slo.min_stream_tps is None:
-        raise ValueError("the bench needs a TTFT limit and a per-stream floor in the policy's SLO")
+        raise UserError("the bench needs a TTFT limit and a per-stream floor in the policy's SLO")
     return Slo(slo.max_ttft_seconds, slo.min_stream_tps)
 
 
-@dataclass
+class TwinCluster(MemoryCluster):
+    """The Cluster port over the bench's actuator: the Deployment the reconciler renders goes to the
+    actuator (the bench's Deployment controller) with its rollout strategy, and its rollout comes
+    back as a Deployment's status would report it."""
+
+    def __init__(self, policies: Mapping[str, Mapping[str, Any]]) -> None:
+        super().__init__(policies)
+        self.actuator: Actuator | None = None
+        self.max_surge: int | None = None
+
+    def workload(self, key: Key, kind: WorkloadKind) -> WorkloadState | None:
+        actuator = self.actuator
+        if actuator is None or actuator.target is None:
+            return super().workload(key, kind)  # before the fleet runs: what was applied
+        if kind is not WorkloadKind.DEPLOYMENT:
+            return None
+        target = actuator.target
+        ready = [r for r in actuator.serving() if actuator.ready(r)]
+        updated = [r for r in ready if (r.config.tp, r.config.max_num_seqs)
+                   == (target.tensor_parallel_size, target.max_num_seqs)]
+        return WorkloadState(desired=target.replicas, ready=len(ready), updated=len(updated), layout=target,
+                             max_surge=max(self.max_surge or 1, 1))
+
+    def apply(self, objects: Sequence[dict[str, Any]]) -> bool:
+        before = len(self.applied)
+        changed = super().apply(objects)
+        for obj in self.applied[before:]:
+            layout = layout_of_workload(obj)
+            if layout is None:
+                continue  # the Service
+            self.max_surge = max_surge_of(obj)
+            if self.actuator is not None:
+                self.actuator.apply(layout, self.max_surge)
+        return changed
+
+    def first_layout(self) -> Layout:
+        """What the reconciler applied before the fleet existed (its converge on create)."""
+        layouts = [found for found in map(layout_of_workload, self.applied) if found is not None]
+        if not layouts:
+            raise RuntimeError("the reconciler applied no workload on create")
+        return layouts[-1]
+
+
 class Infertune:
-    resolved: Resolved
-    namespace: str
-    deployment: str
-    name: str = "infertune"
-    max_surge: int | None = 1  # the operator renders maxSurge 1, maxUnavailable 0
-    memory: FitMemory = field(default_factory=FitMemory)
-    history: PressureHistory = field(default_factory=PressureHistory)
-    status: dict[str, Any] = field(default_factory=dict)
-    cycles: int = 0
-    _snapshot: Snapshot | None = None
-    _source: PodsSource | None = None
-    _next_poll: float = 0.0
-    _last_cycle: float | None = None
+    """The benchmark's infertune policy. Its operator side (ports, hub, reconciler) is built by
+    `start()`, in the process that runs it: the benchmark hands policies to worker processes, and a
+    reconciler (its metrics registry, its locks) does not travel between them."""
+
+    name = "infertune"
+
+    def __init__(self, resource: BenchResource) -> None:
+        self.resource = resource
+        self.cluster = TwinCluster({resource.document["spec"]["policyRef"]["name"]: resource.policy["spec"]})
+        self.report = MemoryReport()
+        self.cycles = 0
+        self._now = 0.0
+        self._next_poll = 0.0
+        self._source: PodsSource | None = None
+        self._operator: tuple[MetricsHub, Reconciler] | None = None
+
+    def _clock(self) -> float:
+        return EPOCH + self._now
+
+    @property
+    def hub(self) -> MetricsHub:
+        return self._built()[0]
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self._built()[1]
+
+    def _built(self) -> tuple[MetricsHub, Reconciler]:
+        if self._operator is None:
+            hub = MetricsHub()
+            # The operator's log lines, one a cycle, have no reader in a benchmark of thousands of cycles.
+            quiet = structlog.wrap_logger(structlog.ReturnLogger())
+            self._operator = hub, Reconciler(self.cluster, hub, clock=self._clock, logger=quiet)
+        return self._operator
+
+    @property
+    def key(self) -> Key:
+        return self.resource.namespace, self.resource.name
+
+    @property
+    def max_surge(self) -> int | None:
+        return self.cluster.max_surge
+
+    def _resource(self) -> Resource:
+        doc = self.resource.document
+        return Resource(self.resource.namespace, self.resource.name, "bench-uid", doc["spec"],
+                        self.report.current, 1)
 
     def start(self) -> Layout:
         """What `converge` applies on create: the plan on the hints, before any metric."""
-        layout, _ = starting_layout(self.resolved, EPOCH)
-        self.status = {"applied": {"tensorParallelSize": layout.tensor_parallel_size,
-                                   "maxNumSeqs": layout.max_num_seqs, "replicas": layout.replicas,
-                                   "workloadKind": "Deployment", "appliedAt": iso(EPOCH)},
-                       "replicas": layout.replicas}
-        return layout
+        self.reconciler.converge(self._resource(), self.report)
+        return self.cluster.first_layout()
 
     def tick(self, now: float, actuator: Actuator) -> None:
+        self.cluster.actuator = actuator
+        self._now = now
         if now >= self._next_poll:
             self._next_poll = now + POLL_SECONDS
-            self._snapshot = self._poll(now, actuator)
-        interval = parse_duration(self.resolved.spec.tuning.interval)
-        if self._last_cycle is not None and now - self._last_cycle < interval * 0.9:  # OperatorContext.due
-            return
-        self._last_cycle = now
-        self._cycle(EPOCH + now, actuator)
+            self._poll(actuator)
+        if self.reconciler.tune(self._resource(), self.report) is not None:
+            self.cycles += 1
 
     def close(self) -> None:
         if self._source is not None:
             self._source.close()
 
-    def _poll(self, now: float, actuator: Actuator) -> Snapshot:
+    def _poll(self, actuator: Actuator) -> None:
+        """The operator's pods source: the ready pods are the endpoints, and the expected ones."""
         fleet = actuator.fleet
         if self._source is None:
             def fetch(target: PodTarget) -> Reading:
                 # The samples the pod's /metrics would print, without printing and parsing them at every
-                # poll (that was two thirds of a run); tests/unit/test_sim_exporter.py pins the equality.
+                # poll; tests/unit/test_sim_exporter.py pins the equality.
                 return read_samples(samples(ReplicaView.of(fleet.replicas[target.pod].engine)))
 
             origin = actuator.origin
             self._source = PodsSource([], clock=lambda: EPOCH + fleet.now - origin, fetch=fetch, workers=1)
-        # The controller scrapes the ready pods; loading and terminating ones are no endpoints, and are
-        # not expected either (controller/context.py, the Pods source).
         ready = [r for r in actuator.serving() if actuator.ready(r)]
-        self._source.set_targets([PodTarget(self.namespace, self.deployment, r.name, f"http://{r.name}:8000/metrics")
-                                  for r in ready])
-        expected = {(self.namespace, self.deployment): Expected(frozenset(r.name for r in ready), len(ready))}
-        snapshot = self._source.poll(expected, EPOCH + now)
-        self.history.record(snapshot)
-        return snapshot
-
-    def _workload(self, actuator: Actuator, applied: Layout | None) -> WorkloadState | None:
-        """The Deployment status the operator's index would hold: ready pods, and those on the applied shape."""
-        if applied is None:
-            return None
-        ready = [r for r in actuator.serving() if actuator.ready(r)]
-        updated = [r for r in ready if (r.config.tp, r.config.max_num_seqs)
-                   == (applied.tensor_parallel_size, applied.max_num_seqs)]
-        return WorkloadState(desired=applied.replicas, ready=len(ready), updated=len(updated))
-
-    def _cycle(self, now: float, actuator: Actuator) -> None:
-        """controller/handlers.py `tune`, minus the API writes."""
-        key = (self.namespace, self.deployment)
-        obs = None if self._snapshot is None else self.history.settled(key, self._snapshot.get(*key))
-        applied = layout_of(self.status.get("applied"))
-        workload = self._workload(actuator, applied)
-        mid_rollout = workload is not None and workload.mid_rollout
-        if obs is not None and obs.available and applied is not None and obs.fit_samples and not mid_rollout:
-            self.memory.add(applied.tensor_parallel_size, obs.fit_samples, now)
-        warning = None if obs is None or not obs.available else self.history.warning(
-            key, now, obs.preemption_rate, WarningPolicy(headroom=self.resolved.request.kv_headroom))
-        outcome = run_cycle(CycleInput(self.namespace, self.deployment, 1, False, self.resolved, self.status, obs,
-                                       self.memory.fits(), now, warning, workload, self.memory.to_status()))
-        self.cycles += 1
-        if outcome.apply is not None:
-            actuator.apply(outcome.apply)
-        self.status = outcome.status
+        namespace, name = self.key
+        self._source.set_targets([PodTarget(namespace, name, r.name, f"http://{r.name}:8000/metrics") for r in ready])
+        routes = self.hub.by_source()
+        for source, keys in routes.items():
+            expected = {key: Expected(frozenset(r.name for r in ready), len(ready)) for key in keys}
+            self.hub.ingest(source, self._source.poll(expected, EPOCH + self._now), keys, poll_samples=True)

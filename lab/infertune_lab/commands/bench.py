@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from infertune.errors import UserError
 from infertune_lab.bench.cases import NAMES
 from infertune_lab.bench.report import document, markdown, write
 from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
@@ -59,10 +60,10 @@ def register(sub: Any) -> None:
 def _scenarios(args: argparse.Namespace) -> list[str]:
     if args.trace is not None:
         if args.scenario is not None:
-            raise ValueError("--scenario and --trace are exclusive")
+            raise UserError("--scenario and --trace are exclusive")
         return ["trace"]
     if args.rate_multiplier is not None and args.scenario != "azure-code":
-        raise ValueError("--rate-multiplier applies to --trace or --scenario azure-code")
+        raise UserError("--rate-multiplier applies to --trace or --scenario azure-code")
     if args.scenario == "all":
         return list(NAMES)
     return [args.scenario or "coding-agent-day"]
@@ -70,7 +71,7 @@ def _scenarios(args: argparse.Namespace) -> list[str]:
 
 def handle(args: argparse.Namespace) -> int:
     if args.pool_gpus < 1:
-        raise ValueError("--pool-gpus must be >= 1")
+        raise UserError("--pool-gpus must be >= 1")
     if args.trace is not None and not args.trace.is_file():
         raise FileNotFoundError(f"--trace {args.trace}: no such file")
     options = Options(seed=args.seed, pool_gpus=args.pool_gpus, startup_seconds=args.startup_seconds,

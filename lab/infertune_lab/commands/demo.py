@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 from rich.console import Console
 
+from infertune.errors import UserError
 from infertune_lab.demo.display import Quiet, RichView, View
 from infertune_lab.demo.run import DemoOptions, run_demo
 
@@ -43,7 +44,7 @@ def _quiet_logs(path: Path) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     if args.report.exists() and not args.report.is_dir():
-        raise ValueError(f"--report {args.report}: exists and is not a directory")
+        raise UserError(f"--report {args.report}: exists and is not a directory")
     _quiet_logs(args.report / "operator.log")
     console = Console(stderr=True)
     view: View = RichView(console) if args.output == "text" and console.is_terminal else Quiet()

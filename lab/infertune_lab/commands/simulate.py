@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -16,7 +17,7 @@ from typing import Any
 
 from infertune.commands._inputs import parse_int_list
 from infertune.errors import UserError
-from infertune.model import LinearFit
+from infertune.model import LinearFit, Workload
 from infertune_lab.sim import (
     ARRIVALS,
     ROUTERS,
@@ -26,6 +27,7 @@ from infertune_lab.sim import (
     ReplicaConfig,
     TraceReplay,
     arrivals,
+    fixed,
     load_trace,
     shape,
     summarize,
@@ -45,7 +47,8 @@ def _replica_args(p: argparse.ArgumentParser) -> None:
                    help="KV pool in 16-token blocks (default: the capacity model)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     p.add_argument("--fit", default=None, metavar="A_MS,B_MS",
-                   help="per-pass line a + b*B in ms for this TP (seed 000: 5.2,1.65); default: the napkin")
+                   help="per-pass line a + b*B in ms for this TP (the Kimi B200 load test's: 5.2,1.65); "
+                        "default: the napkin")
     p.add_argument("--noise", type=float, default=0.0, help="relative std-dev of a step's time")
     p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm", help="metric dialect")
     p.add_argument("--workload", choices=sorted(SHAPES), default="coding-agent")
@@ -82,6 +85,10 @@ def register(sub: Any) -> None:
     s.add_argument("--warmup", type=float, default=300.0, help="virtual seconds discarded per level")
     s.add_argument("--duration", type=float, default=900.0, help="virtual seconds measured per level")
     s.add_argument("--think", type=float, default=0.0, help="seconds between a session's turns")
+    s.add_argument("--prompt-tokens", type=int, default=None,
+                   help="fixed prompt length (with --output-tokens): a load generator's random prompts, one turn "
+                        "each, closed loop without think time, instead of --workload's sessions")
+    s.add_argument("--output-tokens", type=int, default=None, help="fixed answer length (with --prompt-tokens)")
     s.add_argument("--plot", default=None, metavar="FILE.png")
     s.add_argument("--output", choices=("table", "json"), default="table")
     s.set_defaults(func=run_sweep)
@@ -120,16 +127,34 @@ def _check_positive(**values: float | None) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be > 0, got {value}")
 
 
+def _fixed_lengths(args: argparse.Namespace) -> tuple[int, int] | None:
+    if args.prompt_tokens is None and args.output_tokens is None:
+        return None
+    if args.prompt_tokens is None or args.output_tokens is None:
+        raise UserError("--prompt-tokens and --output-tokens go together")
+    if not (1 <= args.prompt_tokens <= 10_000_000 and 1 <= args.output_tokens <= 10_000_000):
+        raise UserError("--prompt-tokens and --output-tokens must be between 1 and 10,000,000")
+    return args.prompt_tokens, args.output_tokens
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     _check_positive(duration=args.duration)
     if args.warmup < 0 or args.think < 0:
         raise UserError("--warmup and --think must be >= 0")
     levels = parse_int_list(args.concurrency, "--concurrency")
     config = _replica(args)
-    rows = sweep(config, shape(args.workload), levels, args.warmup, args.duration, args.seed, args.think)
+    lengths = _fixed_lengths(args)
+    traffic, label, think = shape(args.workload), args.workload, args.think
+    if lengths is not None:
+        # The replica's model is referenced to these lengths, as the load test's requests are.
+        prompt, output = lengths
+        perf = config.performance_model()
+        config = config.with_(perf=dataclasses.replace(perf, workload=Workload(prompt, 0, output)))
+        traffic, label, think = fixed(prompt, output), f"{prompt}/{output} tokens, closed loop", 0.0
+    rows = sweep(config, traffic, levels, args.warmup, args.duration, args.seed, think)
     if args.plot:
         fit = f", fit {args.fit} ms" if args.fit else ""
-        plot(rows, args.plot, f"{args.model} on {args.tp}x {args.gpu}, {args.workload}{fit} (simulated)")
+        plot(rows, args.plot, f"{args.model} on {args.tp}x {args.gpu}, {label}{fit} (simulated)")
     if args.output == "json":
         print(json.dumps({"rows": [r.as_json() for r in rows]}, indent=2))
     else:

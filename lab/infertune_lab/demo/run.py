@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infertune.actuate.request import resolve
 from infertune.api.policy import parse_policy
 from infertune.api.spec import parse_spec
+from infertune.planner.request import resolve
 from infertune.planner.types import SloTarget
 from infertune_lab.demo import prometheus as prom
 from infertune_lab.demo.display import Quiet, View

@@ -1,11 +1,12 @@
 """What the demo's users do: a ramp, a 3x spike in arrivals, then contexts growing from 40K to 100K
-tokens, as one `Scenario` of the twin (sim.scenario) with coding-agent sessions (seed 000's shape).
+tokens, as one `Scenario` of the twin (sim.scenario) with coding-agent sessions (the shape of
+docs/sources.md#kimi-b200).
 
-Times are seconds since the first replica served. Seed 000's sessions last ~5 minutes (7-16 turns
+Times are seconds since the first replica served. The load test's sessions last ~5 minutes (7-16 turns
 of ~1K-token answers), longer than the whole compressed run, so sessions in flight would only pile
 up. The demo's agents answer in tool-call-sized turns (~300 tokens) and run 6-12 turns, so a session
 lasts ~1.5 minutes and the request rate settles within each act; prompts, caching and think times
-stay seed 000's.
+stay the load test's.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The demo's figures, kept apart as seed 002 asks (throughput and latency are never folded into one
+"""The demo's figures, kept apart (docs/sources.md#separate-slas) (throughput and latency are never folded into one
 number): SLA attainment for TTFT and for per-stream speed separately, time past the cliff and over
 the headroom line, preemptions, and the decisions the operator took.
 

@@ -22,6 +22,7 @@ from infertune_lab.sim.traffic import (
     SessionShape,
     TrafficSource,
     arrivals,
+    fixed,
     shape,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "TraceReplay",
     "TrafficSource",
     "arrivals",
+    "fixed",
     "load_trace",
     "shape",
     "summarize",

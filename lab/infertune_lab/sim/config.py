@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from infertune.errors import UserError
 from infertune.model import (
     CapacityAssumptions,
     LinearFit,
@@ -70,7 +71,7 @@ class ReplicaConfig:
         ]
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise UserError(message)
 
     @property
     def model_name(self) -> str:
@@ -91,7 +92,7 @@ class ReplicaConfig:
             return self.num_gpu_blocks
         blocks = int(self.performance_model().kv_capacity(self.tp) // self.block_size)
         if blocks < 1:
-            raise ValueError(f"{self.model} does not fit on {self.tp}x {self.gpu}: no KV blocks left")
+            raise UserError(f"{self.model} does not fit on {self.tp}x {self.gpu}: no KV blocks left")
         return blocks
 
     def with_(self, **changes: object) -> ReplicaConfig:
@@ -113,10 +114,10 @@ class ReplicaConfig:
                     i += 1
                     raw = items[i]
                 else:
-                    raise ValueError(f"{flag} needs a value")
+                    raise UserError(f"{flag} needs a value")
                 try:
                     changes[name] = kind(raw)
                 except ValueError:
-                    raise ValueError(f"{flag}: {raw!r} is not a valid {kind.__name__}") from None
+                    raise UserError(f"{flag}: {raw!r} is not a valid {kind.__name__}") from None
             i += 1
         return (base or ReplicaConfig()).with_(**changes)

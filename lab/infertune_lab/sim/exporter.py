@@ -31,6 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from infertune.errors import UserError
 from infertune_lab.sim.engine import Engine
 from infertune_lab.sim.records import Histogram, Meters, le_labels
 
@@ -293,7 +294,7 @@ class MetricsServer:
         try:
             self._server = _Server((host, port), view)
         except OSError as exc:
-            raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         self.host = host
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from infertune.errors import UserError
 from infertune_lab.sim.config import ReplicaConfig
 from infertune_lab.sim.engine import Engine
 from infertune_lab.sim.records import RequestRecord, RequestSpec
@@ -50,7 +51,7 @@ class Fleet:
     def __init__(self, traffic: TrafficSource | None = None, router: str = "least-outstanding",
                  seed: int = 0, sample_interval: float | None = None, start: float = 0.0) -> None:
         if router not in ROUTERS:
-            raise ValueError(f"unknown router {router!r}; known: {', '.join(ROUTERS)}")
+            raise UserError(f"unknown router {router!r}; known: {', '.join(ROUTERS)}")
         self.traffic = traffic
         self.router = router
         self.now = start

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from infertune.errors import UserError
 from infertune_lab.sim.config import ReplicaConfig
 from infertune_lab.sim.exporter import MetricsServer, ReplicaView
 from infertune_lab.sim.fleet import Fleet
@@ -50,7 +51,7 @@ class LiveFleet:
                  tick: float = 0.05, base_port: int = 0, names: Sequence[str] | None = None,
                  sample_interval: float | None = None) -> None:
         if speed <= 0:
-            raise ValueError("speed must be > 0")
+            raise UserError("speed must be > 0")
         if names is not None and len(names) != len(replicas):
             raise ValueError("names must match replicas one for one")
         self.speed = speed
@@ -131,7 +132,7 @@ class LiveFleet:
                 port = self.base_port + len(self._servers) if self.base_port else 0
             try:
                 self._servers[pod] = MetricsServer(functools.partial(self.view, pod), host or self.host, port)
-            except ValueError:
+            except UserError:
                 self.fleet.remove_replica(pod, drain=False)
                 raise
             return pod

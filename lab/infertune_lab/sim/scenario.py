@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import pairwise
 
+from infertune.errors import UserError
 from infertune_lab.sim.traffic import CODING_AGENT, OpenSessions, SessionShape, TrafficSource
 
 # Context targets are rounded to this many tokens so the shapes a scenario hands out are few
@@ -168,7 +169,7 @@ def scaled_to_context(shape: SessionShape, context_tokens: float) -> SessionShap
     counts and think times stay: agents read more context, they do not write longer answers."""
     scales, means, _ = _fresh_scale_table(shape)
     if not means[0] <= context_tokens <= means[-1]:
-        raise ValueError(f"a mean prompt of {context_tokens:.0f} tokens is out of reach of the {shape.name} shape "
+        raise UserError(f"a mean prompt of {context_tokens:.0f} tokens is out of reach of the {shape.name} shape "
                          f"({means[0]:.0f}..{means[-1]:.0f} with compaction at {shape.max_context})")
     k = _interpolate(list(zip(means, scales, strict=True)), context_tokens)
     first = shape.first_fresh_mean * k if shape.first_fresh_mean else None
@@ -185,8 +186,9 @@ WORKDAY = (0.22, 0.18, 0.15, 0.14, 0.14, 0.16, 0.22, 0.35, 0.55, 0.78, 0.92, 0.9
 
 
 def coding_agent_day(peak_rate: float, duration: float = 86_400.0) -> Scenario:
-    """Seed 000's coding-agent sessions through the WORKDAY profile; `duration` is the length of
-    the day in virtual seconds (shorter than 86,400 compresses it, ramps steepen accordingly)."""
+    """The load test's coding-agent sessions (docs/sources.md#kimi-b200) through the WORKDAY profile;
+    `duration` is the length of the day in virtual seconds (shorter than 86,400 compresses it, ramps
+    steepen accordingly)."""
     hour = duration / 24
     phases = tuple(Phase(h * hour, peak_rate * share) for h, share in enumerate(WORKDAY))
     return Scenario("coding-agent-day", duration, CODING_AGENT, phases)
@@ -220,7 +222,7 @@ def scenario(name: str, peak_rate: float, duration: float) -> Scenario:
     try:
         build = SCENARIOS[name]
     except KeyError:
-        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
+        raise UserError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
     return build(peak_rate=peak_rate, duration=duration)
 
 

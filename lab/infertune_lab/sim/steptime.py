@@ -5,22 +5,25 @@ A step runs every decoding stream one token plus any prefill chunks:
     step = per_pass(B) + context_slope x B x (mean_context - reference_context)
            + prefill_tokens / prefill_rate
 
-`per_pass(B)` is the model's prediction (fitted line, calibrated napkin or bare napkin) at the
+`per_pass(B)` is the model's prediction (the physics fit, calibrated napkin or bare napkin) at the
 workload's reference context; the slope term moves it with the streams' actual context, since
-each stream reads its own KV every pass. The slope is the napkin's, scaled by how far the
-prediction sits from the napkin. Values are memoised per batch size: steps repeat a lot.
+each stream reads its own KV every pass. The slope is the model's own: the same prediction at a
+longer context when a fit's samples spanned contexts (so the twin's steps move as the fit learnt),
+else the napkin's, scaled by how far the prediction sits from the napkin.
+Values are memoised per batch size: steps repeat a lot.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 
-from infertune.model import PerformanceModel, Workload
+from infertune.model import PerformanceModel
 
 # Never let the context correction shrink a pass below this share of its reference time.
 MIN_SHARE = 0.5
+# Samples whose contexts span more than this ratio have told the fit how passes grow with context.
+CONTEXT_SPAN = 1.2
 
 
 class StepTimer:
@@ -35,15 +38,21 @@ class StepTimer:
         self.context_slope = self._context_slope()
 
     def _context_slope(self) -> float:
-        """Seconds a pass gains per stream per extra token of context."""
+        """Seconds a pass gains per stream per extra token of context.
+
+        A fit whose samples spanned contexts learnt this: the model at twice the context says it. Without
+        such samples (a line, or samples at one context) nothing was learnt about context, and the
+        napkin's own slope, scaled by how far the prediction sits from the napkin, stands.
+        """
         ref = max(self.reference_context, 1.0)
-        w = self.perf.workload
-        longer = dataclasses.replace(self.perf, workload=Workload(
-            w.fresh_tokens, w.cached_tokens + ref, w.output_tokens, w.ttft_fresh_tokens,
-            w.resident_prefix_tokens))
+        fit = self.perf.pass_fit(self.tp)
+        if fit is not None and fit.context_max > CONTEXT_SPAN * max(fit.context_min, 1.0):
+            delta = (self.perf.per_pass(self.tp, 16, context=2 * ref).seconds
+                     - self.perf.per_pass(self.tp, 16, context=ref).seconds)
+            return max(delta, 0.0) / (16 * ref)
         at = self.perf.per_pass(self.tp, 16)
-        napkin_delta = (longer.per_pass(self.tp, 1).napkin_seconds
-                        - self.perf.per_pass(self.tp, 1).napkin_seconds)
+        napkin_delta = (self.perf.per_pass(self.tp, 1, context=2 * ref).napkin_seconds
+                        - self.perf.per_pass(self.tp, 1, context=ref).napkin_seconds)
         scale = at.seconds / at.napkin_seconds if at.napkin_seconds > 0 else 1.0
         return max(napkin_delta, 0.0) / ref * scale
 

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from infertune.errors import UserError
 from infertune_lab.sim.records import RequestRecord, RequestSpec
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
-class TraceError(ValueError):
+class TraceError(UserError):
     """A malformed trace; the message names the file and line."""
 
 
@@ -110,7 +111,7 @@ class TraceReplay:
 
     def __init__(self, rows: Sequence[TraceRow], rate_multiplier: float = 1.0, start: float = 0.0) -> None:
         if rate_multiplier <= 0:
-            raise ValueError("rate_multiplier must be > 0")
+            raise UserError("rate_multiplier must be > 0")
         self._rows = rows
         self._i = 0
         self._scale = 1.0 / rate_multiplier

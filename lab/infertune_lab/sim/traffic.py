@@ -8,8 +8,8 @@ fleet pulls arrivals in time order and reports finishes back, which is how retur
 come back: a session's next turn arrives a think time after its previous answer ends, and its
 prompt is the previous context plus fresh tokens, so whatever of it is still cached hits.
 
-Shapes follow seed 000 for coding agents (~13K fresh with a ~9.4K median, ~71K cached, ~1K
-output per turn; contexts grow turn by turn until the session ends or compacts) and the
+Shapes follow the Kimi B200 load test for coding agents (docs/sources.md#kimi-b200: ~13K fresh with a
+~9.4K median, ~71K cached, ~1K output per turn; contexts grow turn by turn until the session ends or compacts) and the
 `chat` preset for chat (short histories, ~400-token answers, long think times).
 """
 
@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from infertune.errors import UserError
 from infertune_lab.sim.records import RequestRecord, RequestSpec
 
 
@@ -84,7 +85,7 @@ def arrivals(kind: str, rate: float, rng: random.Random, start: float = 0.0) -> 
         return bursty(rate, rng, start)
     if kind == "diurnal":
         return diurnal(rate, rng, start)
-    raise ValueError(f"unknown arrival process {kind!r}; known: {', '.join(ARRIVALS)}")
+    raise UserError(f"unknown arrival process {kind!r}; known: {', '.join(ARRIVALS)}")
 
 
 # --- request shapes ---------------------------------------------------------------------------
@@ -124,7 +125,7 @@ class SessionShape:
         return self.think_min + (rng.expovariate(1 / extra) if extra > 0 else 0.0)
 
 
-# Seed 000: mean fresh 13K (median 9.4K), output ~1,056, and sessions long enough that the mean
+# docs/sources.md#kimi-b200: mean fresh 13K (median 9.4K), output ~1,056, and sessions long enough that the mean
 # cached prefix is ~71K (measured by tests/unit/test_sim_traffic.py). Think time is the agent's
 # tool calls between turns.
 CODING_AGENT = SessionShape("coding-agent", 13_000, 9_400, 1_056, 800, 7, 16, 200_000, 3.0, 0.5)
@@ -134,11 +135,20 @@ BATCH = SessionShape("batch", 4_000, 3_000, 800, 700, 1, 1, 1_000_000, 0.0, 0.0)
 SHAPES: dict[str, SessionShape] = {s.name: s for s in (CODING_AGENT, CHAT, BATCH)}
 
 
+def fixed(prompt_tokens: int, output_tokens: int) -> SessionShape:
+    """A load generator's requests: every prompt and answer the same length, one turn a session, so no
+    prompt is ever in the prefix cache (benchmark_serving's random dataset, --ignore-eos)."""
+    if prompt_tokens < 1 or output_tokens < 1:
+        raise ValueError("prompt and output tokens must be at least 1")
+    return SessionShape(f"fixed-{prompt_tokens}-{output_tokens}", prompt_tokens, prompt_tokens, output_tokens,
+                        output_tokens, 1, 1, 1 << 40, 0.0, 0.0)
+
+
 def shape(name: str) -> SessionShape:
     try:
         return SHAPES[name]
     except KeyError:
-        raise ValueError(f"unknown workload {name!r}; known: {', '.join(SHAPES)}") from None
+        raise UserError(f"unknown workload {name!r}; known: {', '.join(SHAPES)}") from None
 
 
 @dataclass

@@ -10,26 +10,13 @@ from typing import Any
 import kubernetes.client
 
 from infertune.actuate.workload import INPUT_HASH
+from infertune.errors import ApiError
 
 FIELD_MANAGER = "infertune"
 _PLURALS = {"Deployment": "deployments", "Service": "services", "LeaderWorkerSet": "leaderworkersets",
             "ConfigMap": "configmaps", "Secret": "secrets", "InferenceDeployment": "inferencedeployments",
             "ServingPolicy": "servingpolicies", "Pod": "pods"}
 Obj = dict[str, Any]
-
-
-class KubeApiError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
 
 
 def object_path(api_version: str, kind: str, namespace: str | None, name: str | None = None) -> str:
@@ -58,14 +45,14 @@ class KubeClient:
                 message = json.loads(text).get("message", text)
             except ValueError:
                 message = text
-            raise KubeApiError(response.status, str(message)[:300])
+            raise ApiError(response.status, str(message)[:300])
         return json.loads(text) if text else None
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Obj | None:
         try:
             found: Obj = self._call("GET", object_path(api_version, kind, namespace, name))
             return found
-        except KubeApiError as exc:
+        except ApiError as exc:
             if exc.not_found:
                 return None
             raise
@@ -86,7 +73,7 @@ class KubeClient:
         try:
             applied: Obj = self._call("PATCH", path, obj, query, "application/apply-patch+yaml")
             return applied
-        except KubeApiError as exc:
+        except ApiError as exc:
             if not exc.not_found:
                 raise
         created: Obj = self._call("POST", object_path(obj["apiVersion"], obj["kind"], meta.get("namespace")),

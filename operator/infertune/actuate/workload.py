@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from infertune.actuate.engine import (
@@ -29,6 +30,16 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_LEADER_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 GPU = "nvidia.com/gpu"
 Obj = dict[str, Any]
+
+
+class WorkloadKind(StrEnum):
+    DEPLOYMENT = "Deployment"
+    LEADER_WORKER_SET = "LeaderWorkerSet"
+
+
+def workload_kind(layout: Layout, gpus_per_node: int) -> WorkloadKind:
+    """A replica that spans nodes is a LeaderWorkerSet (one pod per node); one within a node, a Deployment."""
+    return WorkloadKind.LEADER_WORKER_SET if layout.tensor_parallel_size > gpus_per_node else WorkloadKind.DEPLOYMENT
 
 
 @dataclass(frozen=True)
@@ -119,7 +130,7 @@ def _template(owner: Owner, layout: Layout, pod_spec: Obj) -> Obj:
         "spec": pod_spec}
 
 
-def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout) -> Obj:
+def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout, max_surge: int = 1) -> Obj:
     tp = layout.tensor_parallel_size
     container = _container(spec, layout, tp, engine_args(spec, layout), engine_command(spec))
     return _stamped({
@@ -127,8 +138,9 @@ def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout)
         "spec": {
             "replicas": layout.replicas,
             "selector": {"matchLabels": selector_labels(owner.name)},
-            # Never fewer serving replicas than now: a new layout comes up before an old one leaves.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            # Never fewer serving replicas than now: a new layout comes up before an old one leaves, as
+            # many at once as the planner found room for in the pool (planner/rollout.py).
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": max_surge}},
             "progressDeadlineSeconds": spec.engine.startup_seconds + 600,
             "template": _template(owner, layout, _pod_spec(spec, [container])),
         },
@@ -155,7 +167,7 @@ def _lws_commands(spec: InferenceDeploymentSpec, layout: Layout, nodes: int) -> 
 
 
 def make_leader_worker_set(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
-                           gpus_per_node: int) -> Obj:
+                           gpus_per_node: int, max_surge: int = 1) -> Obj:
     nodes = nodes_per_replica(layout.tensor_parallel_size, gpus_per_node)
     leader, worker = _lws_commands(spec, layout, nodes)
     return _stamped({
@@ -164,7 +176,7 @@ def make_leader_worker_set(owner: Owner, spec: InferenceDeploymentSpec, layout: 
             "replicas": layout.replicas,
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {"type": "RollingUpdate",
-                                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 1}},
+                                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": max_surge}},
             "leaderWorkerTemplate": {
                 "size": nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
@@ -188,9 +200,39 @@ def make_service(owner: Owner, spec: InferenceDeploymentSpec, multi_node: bool) 
 
 
 def desired_objects(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
-                    gpus_per_node: int) -> list[Obj]:
+                    gpus_per_node: int, max_surge: int = 1) -> list[Obj]:
     """Everything the operator applies for one resource at one layout, workload first."""
-    multi = layout.tensor_parallel_size > gpus_per_node
-    workload = (make_leader_worker_set(owner, spec, layout, gpus_per_node) if multi
-                else make_deployment(owner, spec, layout))
+    multi = workload_kind(layout, gpus_per_node) is WorkloadKind.LEADER_WORKER_SET
+    workload = (make_leader_worker_set(owner, spec, layout, gpus_per_node, max_surge) if multi
+                else make_deployment(owner, spec, layout, max_surge))
     return [workload, make_service(owner, spec, multi)]
+
+
+def _pod_template(obj: Obj) -> Obj:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == WorkloadKind.LEADER_WORKER_SET:
+        return dict((spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {})
+    return dict(spec.get("template") or {})
+
+
+def layout_of_workload(obj: Obj) -> Layout | None:
+    """The layout a rendered (or live) workload runs: its replicas, and the TP and max-num-seqs its pod
+    template records. None for an object that is no workload of ours or carries no layout."""
+    if obj.get("kind") not in tuple(WorkloadKind):
+        return None
+    notes = (_pod_template(obj).get("metadata") or {}).get("annotations") or {}
+    try:
+        replicas = int((obj.get("spec") or {}).get("replicas", 1))
+        layout = Layout(int(notes[TP_ANNOTATION]), int(notes[SEQS_ANNOTATION]), replicas)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return layout if min(layout.tensor_parallel_size, layout.max_num_seqs) >= 1 and replicas >= 0 else None
+
+
+def max_surge_of(obj: Obj) -> int | None:
+    """The rolling update's maxSurge as a pod count (None: not a count, or not set)."""
+    spec = obj.get("spec") or {}
+    strategy = spec.get("strategy") or spec.get("rolloutStrategy") or {}
+    rolling = strategy.get("rollingUpdate") or strategy.get("rollingUpdateConfiguration") or {}
+    surge = rolling.get("maxSurge")
+    return surge if isinstance(surge, int) else None

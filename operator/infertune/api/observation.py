@@ -83,7 +83,8 @@ class Observation:
     mean_inter_token_seconds: float | None = None
     prefix_hit_rate: float | None = None
     kv_capacity_tokens: int | None = None  # per replica
-    fit_samples: tuple[tuple[float, float], ...] = field(default=())  # (running batch, seconds per pass)
+    # (running batch, seconds per pass, tokens per running stream; 0 when the KV figures are missing)
+    fit_samples: tuple[tuple[float, float, float], ...] = field(default=())
 
     @property
     def stream_tps(self) -> float | None:

@@ -18,6 +18,7 @@ from infertune.api.spec import (
     WorkloadHints,
     describe_error,
 )
+from infertune.errors import SpecError
 
 POLICY_KIND = "ServingPolicy"
 POLICY_PLURAL = "servingpolicies"
@@ -30,6 +31,9 @@ class PolicyTuning(ApiModel):
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
     kv_headroom_percent: int | None = Field(default=None, ge=0, le=90)
+    burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=(
+        "Capacity kept spare above the measured demand when replicas are sized, for bursts faster than a "
+        "model load; the GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
     hysteresis_percent: int | None = Field(default=None, ge=0, le=100)
     max_replica_step: int | None = Field(default=None, ge=1)
     stale_after: Duration | None = None
@@ -47,7 +51,7 @@ def parse_policy(raw: Any) -> ServingPolicySpec:
     try:
         return ServingPolicySpec.model_validate(raw or {})
     except ValidationError as exc:
-        raise ValueError(describe_error(exc, "ServingPolicy spec")) from None
+        raise SpecError(describe_error(exc, "ServingPolicy spec")) from None
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -68,4 +72,9 @@ def apply_policy(spec: InferenceDeploymentSpec, policy: ServingPolicySpec | None
     base = policy.wire()
     base.pop("description", None)
     merged = _deep_merge(base, spec.wire())
-    return InferenceDeploymentSpec.model_validate(merged)
+    try:
+        return InferenceDeploymentSpec.model_validate(merged)
+    except ValidationError as exc:
+        name = spec.policy_ref.name if spec.policy_ref else ""
+        raise SpecError(f"spec: does not combine with ServingPolicy {name}: "
+                        f"{describe_error(exc, 'spec')}") from None

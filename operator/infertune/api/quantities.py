@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from infertune.errors import SpecError
+
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
 DECIMAL_PATTERN = r"^[0-9]+(\.[0-9]+)?$"
 
@@ -14,20 +16,20 @@ _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 
 
 def parse_duration(text: str, field: str = "duration") -> float:
-    """Seconds in a Go-style duration; ValueError naming `field` when it is not one."""
+    """Seconds in a Go-style duration; SpecError naming `field` when it is not one."""
     if not isinstance(text, str) or not re.fullmatch(DURATION_PATTERN, text.strip()):
-        raise ValueError(f"{field}: {text!r} is not a duration like '30s', '5m' or '1500ms'")
+        raise SpecError(f"{field}: {text!r} is not a duration like '30s', '5m' or '1500ms'")
     return sum(float(num) * _UNIT_SECONDS[unit] for num, unit in _PART.findall(text.strip()))
 
 
 def parse_decimal(text: str, field: str = "value") -> float:
     """A non-negative decimal string as a float, for the arithmetic inside the pure core."""
     if not isinstance(text, str) or not re.fullmatch(DECIMAL_PATTERN, text.strip()):
-        raise ValueError(f"{field}: {text!r} is not a decimal string like '6' or '5.50'")
+        raise SpecError(f"{field}: {text!r} is not a decimal string like '6' or '5.50'")
     try:
         return float(Decimal(text.strip()))
     except InvalidOperation:  # pragma: no cover - the pattern already excludes this
-        raise ValueError(f"{field}: {text!r} is not a decimal") from None
+        raise SpecError(f"{field}: {text!r} is not a decimal") from None
 
 
 def format_duration(seconds: float) -> str:

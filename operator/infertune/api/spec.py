@@ -9,12 +9,14 @@ would make every resource silently override its policy.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN
+from infertune.errors import SpecError
 
 GROUP = "infertune.io"
 VERSION = "v1alpha1"
@@ -32,7 +34,16 @@ OWNED_ARGS: dict[str, tuple[str, ...]] = {
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
 Decimal = Annotated[str, Field(pattern=DECIMAL_PATTERN)]
 Percent = Annotated[int, Field(ge=0, le=100)]
-Mode = Literal["Auto", "Recommend", "Off"]
+
+
+class TuningMode(StrEnum):
+    """Auto applies decisions; Recommend only writes them to status; Off holds the workload as it is."""
+
+    AUTO = "Auto"
+    RECOMMEND = "Recommend"
+    OFF = "Off"
+
+
 EngineKind = Literal["vllm", "sglang"]
 WorkloadPreset = Literal["coding-agent", "chat", "batch"]
 
@@ -249,11 +260,14 @@ class Tuning(ApiModel):
         "tensorParallelSizes: each must be one of " + ", ".join(str(t) for t in ALLOWED_TP_SIZES),
         ".tensorParallelSizes")]})
 
-    mode: Mode = "Auto"
+    mode: TuningMode = TuningMode.AUTO
     tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7)
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
     kv_headroom_percent: int | None = Field(default=None, ge=0, le=90)
+    burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=(
+        "Capacity kept spare above the measured demand when replicas are sized, for bursts faster than a "
+        "model load; the GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
     hysteresis_percent: Percent | None = None
     max_replica_step: int | None = Field(default=None, ge=1)
     interval: Duration = "30s"
@@ -296,13 +310,13 @@ class InferenceDeploymentSpec(ApiModel):
 
 
 def parse_spec(raw: Any) -> InferenceDeploymentSpec:
-    """Validates a resource's spec; a ValueError names the first bad field as `spec.<path>`."""
+    """Validates a resource's spec; a SpecError names the first bad field as `spec.<path>`."""
     from pydantic import ValidationError
 
     try:
         return InferenceDeploymentSpec.model_validate(raw or {})
     except ValidationError as exc:
-        raise ValueError(describe_error(exc, "spec")) from None
+        raise SpecError(describe_error(exc, "spec")) from None
 
 
 def describe_error(exc: Any, root: str) -> str:

@@ -24,7 +24,6 @@ class AppliedLayout(ApiModel):
     max_num_seqs: int
     replicas: int
     workload_kind: Literal["Deployment", "LeaderWorkerSet"] = "Deployment"
-    input_hash: str = ""
     applied_at: str = ""
 
 
@@ -65,15 +64,21 @@ class ObservedFigures(ApiModel):
 
 
 class FittedModel(ApiModel):
+    """The applied layout's per-pass fit: the napkin's terms (overhead, weights, kv, compute) with fitted
+    coefficients, 1 being the napkin's own."""
+
     tensor_parallel_size: int
-    intercept_ms: float
-    slope_ms: float
+    terms: dict[str, float] = Field(default_factory=dict)
     r2: float
     samples: int
+    batch_min: float | None = None
+    batch_max: float | None = None
+    context_min: float | None = None
+    context_max: float | None = None
 
 
 class FitSamples(ApiModel):
-    """What the online fit has learned, per TP: rows of [batch, seconds per pass, weight, time].
+    """What the online fit has learned, per TP: rows of [batch, seconds per pass, weight, time, context].
     Kept in status so that an operator restart does not forget it."""
 
     version: int

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +67,10 @@ def read_samples(path: str) -> Samples:
                 context = float(row["context_tokens"]) if has_context and row.get("context_tokens") else 0.0
             except ValueError:
                 raise UserError(f"{path}: line {line}: not a number in {row}") from None
-            if not (batch > 0 and per_pass > 0 and context >= 0) or batch != batch or per_pass != per_pass:
-                raise UserError(f"{path}: line {line}: batch and per_pass_ms must be positive, got {row}")
+            if not all(math.isfinite(v) for v in (batch, per_pass, context)) or not (
+                    batch > 0 and per_pass > 0 and context >= 0):
+                raise UserError(f"{path}: line {line}: batch and per_pass_ms must be finite and positive "
+                                f"(context_tokens >= 0), got {row}")
             batches.append(batch)
             seconds.append(per_pass / 1e3)
             contexts.append(context)

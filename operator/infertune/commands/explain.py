@@ -9,13 +9,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from infertune.actuate.request import Resolved, resolve
 from infertune.api.policy import parse_policy
 from infertune.api.spec import API_VERSION, KIND, parse_spec
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
 from infertune.errors import UserError
-from infertune.planner import Plan, plan
+from infertune.planner import Candidate, Plan, plan
+from infertune.planner.request import Resolved, resolve
 from infertune.planner.types import Layout
 
 
@@ -31,12 +31,13 @@ def register(sub: Any) -> None:
 
 
 def _from_cluster(args: argparse.Namespace) -> tuple[Resolved, dict[str, Any]]:
-    from infertune.actuate.apply import KubeApiError, client_from_environment
+    from infertune.actuate.apply import client_from_environment
+    from infertune.errors import ApiError
 
     kube = client_from_environment()
     try:
         body = kube.get(API_VERSION, KIND, args.namespace, args.name)
-    except KubeApiError as exc:
+    except ApiError as exc:
         raise UserError(f"cannot read {KIND} {args.namespace}/{args.name}: {exc}") from None
     if body is None:
         raise UserError(f"{KIND} {args.namespace}/{args.name} not found")
@@ -60,6 +61,15 @@ def _layout(layout: Layout | None) -> str:
     return f"TP{layout.tensor_parallel_size} max-num-seqs {layout.max_num_seqs} x{layout.replicas} replica(s)"
 
 
+def pass_interval(c: Candidate) -> str:
+    """The per-pass prediction with its interval, where it came from, and which end the planner judged."""
+    text = (f"{c.per_pass_seconds * 1e3:.1f} ms (interval {c.per_pass_low_seconds * 1e3:.1f}.."
+            f"{c.per_pass_high_seconds * 1e3:.1f} ms, {c.pass_source})")
+    if c.pessimistic:
+        text += "; beyond the sampled batches, so the SLO floor and sizing were judged at the slow end"
+    return text
+
+
 def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Plan, top: int) -> str:
     current = layout_of(status.get("applied"))
     lines = [f"current:      {_layout(current)}", f"recommended:  {_layout(the_plan.layout)}",
@@ -71,10 +81,17 @@ def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Pla
                      f"KV working set {choice.kv_working_set_fraction:.0%} of capacity (cliff at "
                      f"{choice.cliff_concurrency:.0f} streams), ${choice.cost_per_million_tokens:.3f}/M tokens, "
                      f"region {choice.region.value}")
+        lines.append(f"per pass:     {pass_interval(choice)}")
     last = status.get("recommendation") or {}
     if last:
         lines.append(f"operator:     last cycle recommended TP{last.get('tensorParallelSize', '?')} max-num-seqs "
                      f"{last.get('maxNumSeqs', '?')} x{last.get('replicas', '?')} ({last.get('reason', '')})")
+    fit = status.get("fit") or {}
+    if fit.get("terms"):
+        terms = ", ".join(f"{name} {value:g}" for name, value in fit["terms"].items())
+        lines.append(f"fit:          TP{fit.get('tensorParallelSize', '?')} per-pass = napkin terms x ({terms}); "
+                     f"R² {fit.get('r2', '?')} over {fit.get('samples', '?')} samples, B {fit.get('batchMin', '?')}.."
+                     f"{fit.get('batchMax', '?')}, context {fit.get('contextMin', '?')}..{fit.get('contextMax', '?')}")
     observed = status.get("observed") or {}
     if observed.get("metricsAvailable"):
         lines.append(f"observed:     KV {observed.get('kvUsagePercent', '?')}%, "

@@ -1,34 +1,53 @@
-"""`infertune fit`: fits per_pass(B) = a + b*B to a load test's samples and predicts other batches."""
+"""`infertune fit`: fits per-pass time to a load test's samples and predicts other batch sizes.
+
+Without `--model` it is the plain line per_pass(B) = a + b x B. With `--model` (and `--gpu`, `--tp`) it
+is the physics fit (model/passfit.py): the napkin's terms with fitted coefficients, each prediction
+with its interval and whether the samples cover it ("fit") or the fit extrapolates ("fit+napkin").
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from infertune.commands._inputs import parse_int_list, read_samples
+from infertune.commands._inputs import Samples, parse_int_list, read_samples, resolve_model
 from infertune.errors import UserError
-from infertune.model import FitError, fit_per_pass
+from infertune.model import FitError, fit_per_pass, load_gpu
+from infertune.model.passfit import PassFit, fit_pass
 
 
 def register(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("fit", help="fit the per-pass line to load-test samples")
+    p: argparse.ArgumentParser = sub.add_parser("fit", help="fit per-pass time to load-test samples")
     p.add_argument("--samples", required=True, help="CSV with columns batch,per_pass_ms[,context_tokens]")
     p.add_argument("--predict", default="1,8,16,32,64", help="batch sizes to predict at (comma-separated)")
+    p.add_argument("--model", help="catalog name or config.json: fit the napkin's terms instead of a line")
+    p.add_argument("--gpu", default="b200", help="catalog GPU name (with --model)")
+    p.add_argument("--tp", type=int, default=8, help="tensor-parallel size the samples were measured at")
+    p.add_argument("--context-tokens", type=float,
+                   help="tokens each stream attends over, for samples without a context_tokens column and for "
+                        "the predictions (default: the samples' median context)")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     samples = read_samples(args.samples)
+    batches = parse_int_list(args.predict, "--predict")
+    if args.model is None:
+        return _line(args, samples, batches)
+    return _physics(args, samples, batches)
+
+
+def _line(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) -> int:
     try:
         fit = fit_per_pass(samples.batches, samples.seconds)
     except FitError as exc:
         raise UserError(f"{args.samples}: {exc}") from None
-    batches = parse_int_list(args.predict, "--predict")
     predictions = [
         {"batch": b, "per_pass_ms": fit.per_pass(b) * 1e3, "per_stream_tps": 1.0 / fit.per_pass(b)} for b in batches
     ]
@@ -49,3 +68,64 @@ def run(args: argparse.Namespace) -> int:
                       f"{p['per_stream_tps'] * p['batch']:.0f}")
     console.print(table)
     return 0
+
+
+def _contexts(args: argparse.Namespace, samples: Samples) -> tuple[list[float], float]:
+    """Each sample's context and the context to predict at."""
+    given = args.context_tokens
+    if given is not None and not (given > 0 and given < 1e9):
+        raise UserError(f"--context-tokens must be a positive number of tokens, got {given:g}")
+    if samples.context_tokens is None:
+        if given is None:
+            raise UserError(f"{args.samples}: no context_tokens column; give --context-tokens (the tokens each "
+                            "stream attends over: prompt plus half the answer)")
+        return [given] * len(samples.batches), given
+    contexts = [c if c > 0 else (given or 0.0) for c in samples.context_tokens]
+    if any(c <= 0 for c in contexts):
+        raise UserError(f"{args.samples}: a row has no context_tokens; give --context-tokens for those rows")
+    return contexts, given if given is not None else statistics.median(contexts)
+
+
+def _physics(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) -> int:
+    if args.tp < 1:
+        raise UserError("--tp must be at least 1")
+    model, gpu = resolve_model(args.model), load_gpu(args.gpu)
+    contexts, at = _contexts(args, samples)
+    try:
+        fit = fit_pass(model, gpu, args.tp, samples.batches, samples.seconds, contexts)
+    except FitError as exc:
+        raise UserError(f"{args.samples}: {exc}") from None
+    result = physics_json(fit, model, gpu, batches, at)
+    if args.output == "json":
+        print(json.dumps(result, indent=2))
+        return 0
+    _print_physics(fit, result, at, model.name, gpu.name)
+    return 0
+
+
+def physics_json(fit: PassFit, model: Any, gpu: Any, batches: tuple[int, ...], context: float) -> dict[str, Any]:
+    predictions = []
+    for b in batches:
+        mean, low, high = fit.per_pass(model, gpu, float(b), context)
+        predictions.append({"batch": b, "per_pass_ms": mean * 1e3, "low_ms": low * 1e3, "high_ms": high * 1e3,
+                            "source": "fit" if fit.covers(b) else "fit+napkin"})
+    return {"terms": [{"name": name, "coefficient": value} for name, value in fit.terms], "r2": fit.r2,
+            "predictions": predictions}
+
+
+def _print_physics(fit: PassFit, result: dict[str, Any], context: float, model: str, gpu: str) -> None:
+    console = Console()
+    console.print(f"{model} on TP{fit.tp} x {gpu}: per_pass = Σ coefficient x the napkin's term   "
+                  f"(R² {fit.r2:.3f}, {fit.samples} samples, B {fit.batch_min:g}..{fit.batch_max:g}, "
+                  f"context {fit.context_min:.0f}..{fit.context_max:.0f} tokens)")
+    terms = Table("term", "coefficient (1 = the napkin's)")
+    for term in result["terms"]:
+        terms.add_row(term["name"], f"{term['coefficient']:.3f}")
+    console.print(terms)
+    table = Table("batch", "per-pass ms", "interval ms", "tok/s per stream", "aggregate tok/s", "source")
+    for p in result["predictions"]:
+        tps = 1e3 / p["per_pass_ms"]
+        table.add_row(str(p["batch"]), f"{p['per_pass_ms']:.2f}", f"{p['low_ms']:.2f}..{p['high_ms']:.2f}",
+                      f"{tps:.1f}", f"{tps * p['batch']:.0f}", p["source"])
+    console.print(table)
+    console.print(f"predictions at {context:.0f} tokens of context per stream")

@@ -30,7 +30,7 @@ from infertune.observe import (
     observation_to_dict,
     pressure_point,
 )
-from infertune.observe.prometheus import SourceError
+from infertune.observe.prometheus import QueryError
 
 
 def register(sub: Any) -> None:
@@ -99,7 +99,7 @@ def _fits(source: PrometheusSource | PodsSource, snap: Snapshot, history: float)
         try:
             for key, found in source.fit_history(snap.time - history, snap.time, source.window).items():
                 samples.setdefault(key, []).extend(found)
-        except SourceError:
+        except QueryError:
             pass  # the fit is a bonus here; the snapshot already says what is wrong
     out = {}
     for key, found in samples.items():

@@ -15,7 +15,9 @@ from rich.table import Table
 from infertune.commands._inputs import parse_int_list, read_samples, resolve_model
 from infertune.commands.render import resolve_file
 from infertune.errors import UserError
-from infertune.model import FitError, LinearFit, Workload, fit_per_pass, load_gpu, workload_preset
+from infertune.model import LinearFit, Workload, load_gpu, workload_preset
+from infertune.model.passfit import SampleSet
+from infertune.model.perf import AnyFit
 from infertune.planner import Candidate, Plan, PlanRequest, SloTarget, plan
 
 SHOWN_CONCURRENCY = {1, 2, 4, 8, 12, 16, 24, 32, 36, 40, 48, 64, 96, 128, 192, 256}
@@ -35,7 +37,7 @@ def register(sub: Any) -> None:
     p.add_argument("--output-tokens", type=float, help="mean generated tokens")
     p.add_argument("--context-cv", type=float,
                    help="spread of a stream's context, sd/mean (default: the workload's; 0: every context "
-                        "the mean, as seed 000's averages assume)")
+                        "the mean, as the load test's averages assume)")
     p.add_argument("--min-stream-tps", type=float, help="SLO: minimum decode tok/s per stream")
     p.add_argument("--max-ttft", type=float, help="SLO: maximum TTFT in seconds")
     p.add_argument("--demand-rps", type=float, help="requests per second to size replicas for")
@@ -43,7 +45,8 @@ def register(sub: Any) -> None:
     p.add_argument("--pool-gpus", type=int, help="GPUs in the node pool")
     p.add_argument("--max-concurrency", type=int, default=64)
     p.add_argument("--kv-headroom", type=float, default=0.10, help="fraction of the KV pool kept free")
-    p.add_argument("--fit", help="measured line INTERCEPT_MS,SLOPE_MS for --fit-tp (seed 000: 5.2,1.65)")
+    p.add_argument("--fit", help="measured line INTERCEPT_MS,SLOPE_MS for --fit-tp "
+                                 "(the Kimi B200 load test's: 5.2,1.65)")
     p.add_argument("--samples", help="CSV batch,per_pass_ms[,context_tokens] measured at --fit-tp")
     p.add_argument("--fit-tp", type=int, default=8, help="the TP the fit or samples were measured at")
     p.add_argument("--all", action="store_true", help="show every candidate, not a sample of them")
@@ -74,7 +77,7 @@ def _mean_workload(args: argparse.Namespace) -> Workload:
     return Workload(args.prompt_tokens - cached, cached, args.output_tokens)
 
 
-def _fits(args: argparse.Namespace) -> dict[int, LinearFit]:
+def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
     if args.fit and args.samples:
         raise UserError("give --fit or --samples, not both")
     if args.fit:
@@ -86,11 +89,11 @@ def _fits(args: argparse.Namespace) -> dict[int, LinearFit]:
             raise UserError("--fit: the intercept must be positive and the slope non-negative")
         return {args.fit_tp: LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, float(args.max_concurrency))}
     if args.samples:
+        # The planner fits the napkin's terms to them (model/passfit.py); a row without context_tokens
+        # stands at the workload's context.
         samples = read_samples(args.samples)
-        try:
-            return {args.fit_tp: fit_per_pass(samples.batches, samples.seconds)}
-        except FitError as exc:
-            raise UserError(f"{args.samples}: {exc}") from None
+        contexts = samples.context_tokens or (0.0,) * len(samples.batches)
+        return {args.fit_tp: SampleSet(samples.batches, samples.seconds, contexts, (1.0,) * len(samples.batches))}
     return {}
 
 
@@ -122,7 +125,9 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
         "processed_tps": c.processed_tps, "sustainable_rate": c.sustainable_rate,
         "kv_working_set_fraction": _finite(c.kv_working_set_fraction), "kv_tail_fraction": _finite(c.kv_tail_fraction),
         "cliff_concurrency": _finite(c.cliff_concurrency), "region": c.region.value,
-        "pass_source": c.pass_source, "feasible": c.feasible, "reason": c.reason,
+        "pass_source": c.pass_source, "per_pass_ms": c.per_pass_seconds * 1e3,
+        "per_pass_low_ms": c.per_pass_low_seconds * 1e3, "per_pass_high_ms": c.per_pass_high_seconds * 1e3,
+        "judged_pessimistic": c.pessimistic, "feasible": c.feasible, "reason": c.reason,
     }
 
 

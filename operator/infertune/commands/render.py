@@ -11,11 +11,11 @@ from typing import Any
 
 import yaml
 
-from infertune.actuate.request import Resolved, resolve, starting_layout
 from infertune.actuate.workload import Owner, desired_objects
 from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec, parse_spec
 from infertune.errors import UserError
+from infertune.planner.request import Resolved, resolve, starting_layout
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 

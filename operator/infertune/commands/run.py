@@ -21,6 +21,7 @@ import structlog
 
 from infertune.actuate.apply import client_from_environment
 from infertune.controller import OperatorContext, build_registry
+from infertune.errors import UserError
 
 # Where a pod's own namespace is when the downward API did not set POD_NAMESPACE.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -64,23 +65,23 @@ def _checked(args: argparse.Namespace) -> None:
     """Every flag is checked before anything starts: one line naming the bad value, nothing changed."""
     if not (args.cycle_seconds > 0 and args.poll_seconds > 0) or not all(
             map(_finite, (args.cycle_seconds, args.poll_seconds))):
-        raise ValueError("--cycle-seconds and --poll-seconds must be positive")
+        raise UserError("--cycle-seconds and --poll-seconds must be positive")
     if not 0 <= args.metrics_port <= 65535:
-        raise ValueError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
+        raise UserError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
     for ns in args.namespace:
         if not _DNS_LABEL.fullmatch(ns):
-            raise ValueError(f"--namespace {ns!r} is not a namespace name (lower-case DNS label)")
+            raise UserError(f"--namespace {ns!r} is not a namespace name (lower-case DNS label)")
     if args.peering is not None and not _DNS_SUBDOMAIN.fullmatch(args.peering):
-        raise ValueError(f"--peering {args.peering!r} is not an object name (lower-case DNS subdomain)")
+        raise UserError(f"--peering {args.peering!r} is not an object name (lower-case DNS subdomain)")
     if args.priority is not None and args.peering is None:
-        raise ValueError("--priority needs --peering")
+        raise UserError("--priority needs --peering")
     if args.prometheus_token_secret is not None:
         if not args.prometheus_url:
-            raise ValueError("--prometheus-token-secret needs --prometheus-url (the token is for that Prometheus)")
+            raise UserError("--prometheus-token-secret needs --prometheus-url (the token is for that Prometheus)")
         if not _DNS_SUBDOMAIN.fullmatch(args.prometheus_token_secret):
-            raise ValueError(f"--prometheus-token-secret {args.prometheus_token_secret!r} is not a Secret name")
+            raise UserError(f"--prometheus-token-secret {args.prometheus_token_secret!r} is not a Secret name")
         if not _SECRET_KEY.fullmatch(args.prometheus_token_key):
-            raise ValueError(f"--prometheus-token-key {args.prometheus_token_key!r} is not a Secret key")
+            raise UserError(f"--prometheus-token-key {args.prometheus_token_key!r} is not a Secret key")
 
 
 def _finite(x: float) -> bool:
@@ -93,7 +94,7 @@ def own_namespace() -> str:
     if not found and SERVICE_ACCOUNT_NAMESPACE.is_file():
         found = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
     if not found:
-        raise ValueError("--prometheus-token-secret: the Secret is read from the operator's own namespace; "
+        raise UserError("--prometheus-token-secret: the Secret is read from the operator's own namespace; "
                          "set POD_NAMESPACE (the Helm chart does)")
     return found
 
@@ -128,7 +129,7 @@ def _cluster_client() -> Any:
         return client_from_environment()
     except (kubernetes.config.ConfigException, OSError) as exc:
         where = os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise ValueError(f"no cluster to run against: not in a pod, and the kubeconfig ({where}) "
+        raise UserError(f"no cluster to run against: not in a pod, and the kubeconfig ({where}) "
                          f"does not load: {exc}") from None
 
 
@@ -149,7 +150,7 @@ def handle(args: argparse.Namespace) -> int:
         try:
             ctx.telemetry.serve(args.metrics_port)
         except OSError as exc:
-            raise ValueError(f"--metrics-port {args.metrics_port}: cannot listen: {exc.strerror}") from None
+            raise UserError(f"--metrics-port {args.metrics_port}: cannot listen: {exc.strerror}") from None
     registry = build_registry(args.cycle_seconds)
     kopf.on.login(registry=registry)(kopf.login_via_client)
     peering: dict[str, Any] = {"standalone": True}

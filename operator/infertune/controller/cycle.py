@@ -1,5 +1,5 @@
 """One tuning cycle for one resource, as a pure function: observation -> plan -> guardrails -> the
-mode's action -> the new status. The kopf timer wraps it with I/O; the benchmark calls it directly."""
+mode's action -> the new status. The Reconciler (controller/reconciler.py) wraps it with I/O."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from infertune.actuate.request import Resolved, pinned
 from infertune.actuate.workload import selector_string
 from infertune.api.conditions import (
     Condition,
@@ -16,14 +15,18 @@ from infertune.api.conditions import (
     Reason,
     merge_conditions,
 )
-from infertune.api.observation import Observation
+from infertune.api.observation import MetricsFault, Observation
+from infertune.api.spec import TuningMode
 from infertune.controller import status as st
-from infertune.model import LinearFit
 from infertune.model.early_warning import CliffWarning
+from infertune.model.perf import AnyFit, PerformanceModel
 from infertune.planner import Decision, Plan, decide, next_state, plan
-from infertune.planner.types import Layout
+from infertune.planner.request import Resolved, pinned
+from infertune.planner.types import Action, DecisionReason, Layout
 
 Event = tuple[str, str, str]  # (type, reason, message)
+# A cycle ends for a guardrail's reason, a metrics fault's, or the mode's (Paused, TuningOff, Recommended).
+OutcomeReason = DecisionReason | MetricsFault | Reason
 _WARN_WHEN_FALSE = {ConditionType.SLO_MET.value, ConditionType.CACHE_HEADROOM.value,
                     ConditionType.METRICS_AVAILABLE.value, ConditionType.READY.value}
 
@@ -37,7 +40,7 @@ class CycleInput:
     resolved: Resolved
     status: Mapping[str, Any]
     observation: Observation | None
-    fits: Mapping[int, LinearFit]
+    fits: Mapping[int, AnyFit]  # FitMemory.fits(): live samples with their contexts, per TP
     now: float
     warning: CliffWarning | None = None  # the cliff early warning from the pressure history
     workload: st.WorkloadState | None = None  # the owned workload's rollout, for Ready
@@ -49,27 +52,35 @@ class CycleOutcome:
     plan: Plan
     decision: Decision
     apply: Layout | None  # the layout to apply now (Auto mode only), None to leave the workload be
-    action: str  # what the operator did: the decision's action, or Hold when the mode held it
-    reason: str
+    max_surge: int  # the rollout strategy to render it with
+    action: Action  # what the operator did: the decision's action, or Hold when the mode held it
+    reason: OutcomeReason
     status: dict[str, Any]
     events: tuple[Event, ...]
 
 
-def _mode_action(inp: CycleInput, decision: Decision) -> tuple[str, str, str, Layout | None]:
-    """(action, reason, message, layout to apply) for the resource's mode."""
+@dataclass(frozen=True)
+class ModeAction:
+    """What the resource's mode makes of a decision."""
+
+    action: Action
+    reason: OutcomeReason
+    message: str
+    target: Layout | None  # what to apply now; None leaves the workload be
+
+
+def _mode_action(inp: CycleInput, decision: Decision) -> ModeAction:
     spec = inp.resolved.spec
-    wanted = decision.target is not None
+    held = Action.HOLD if decision.target is not None else decision.action
     if inp.paused:
-        return ("Hold" if wanted else decision.action.value), Reason.PAUSED.value, \
-            "infertune.io/paused is \"true\"; holding", None
-    if spec.tuning.mode == "Off":
-        return ("Hold" if wanted else decision.action.value), Reason.TUNING_OFF.value, \
-            "spec.tuning.mode is Off; holding", None
-    if spec.tuning.mode == "Recommend":
-        reason = Reason.RECOMMENDED.value if wanted else decision.reason
-        return ("Hold" if wanted else decision.action.value), reason, decision.message, None
+        return ModeAction(held, Reason.PAUSED, "infertune.io/paused is \"true\"; holding", None)
+    if spec.tuning.mode is TuningMode.OFF:
+        return ModeAction(held, Reason.TUNING_OFF, "spec.tuning.mode is Off; holding", None)
+    if spec.tuning.mode is TuningMode.RECOMMEND:
+        reason = Reason.RECOMMENDED if decision.target is not None else decision.reason
+        return ModeAction(held, reason, decision.message, None)
     target = pinned(decision.target, spec) if decision.target is not None else None
-    return decision.action.value, decision.reason, decision.message, target
+    return ModeAction(decision.action, decision.reason, decision.message, target)
 
 
 def _condition_events(old: list[Condition], new: list[Condition]) -> list[Event]:
@@ -86,48 +97,57 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     request = inp.resolved.request
     if inp.fits:
         request = replace(request, fits=dict(inp.fits))
-    state = replace(st.state_from_status(inp.status), rolling_out=inp.workload is not None and inp.workload.mid_rollout)
+    workload = inp.workload
+    state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
+                    rollout_surge=1 if workload is None else workload.max_surge)
     the_plan = plan(request, inp.observation, inp.now)
     decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)
-    action, reason, message, target = _mode_action(inp, decision)
+    mode = _mode_action(inp, decision)
+    target = mode.target
     new_state = next_state(state, decision, request.guardrails, applied=target is not None)
     if target is not None:
         new_state = replace(new_state, applied=target)
 
-    status: dict[str, Any] = dict(inp.status)
-    applied = status.get("applied")
+    applied = inp.status.get("applied")
     if target is not None:
-        applied = {"tensorParallelSize": target.tensor_parallel_size, "maxNumSeqs": target.max_num_seqs,
-                   "replicas": target.replicas,
-                   "workloadKind": "LeaderWorkerSet" if target.tensor_parallel_size > inp.resolved.gpu.gpus_per_node
-                   else "Deployment", "appliedAt": st.iso(inp.now)}
-        status["applied"], status["replicas"] = applied, target.replicas
+        applied = st.applied_status(target, inp.resolved.gpu.gpus_per_node, st.iso(inp.now))
+    held = mode.action is Action.HOLD
     obs, slo = inp.observation, request.slo
     updates = [
         st.metrics_condition(obs), st.slo_condition(obs, slo), st.headroom_condition(obs, inp.warning),
         ConditionUpdate(ConditionType.PROGRESSING.value, "True" if target else "False",
-                        Reason.ROLLING_OUT.value if target else (reason if action == "Hold" else Reason.STABLE.value),
-                        message if target or action == "Hold" else "no change"),
+                        Reason.ROLLING_OUT.value if target else (mode.reason if held else Reason.STABLE.value),
+                        mode.message if target or held else "no change"),
         st.ready_condition(replace(inp.workload, desired=target.replicas) if target and inp.workload
                            else inp.workload, bool(applied)),
         ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value, "the spec is valid"),
     ]
     old = [Condition.from_wire(c) for c in inp.status.get("conditions", [])]
     conditions = merge_conditions(old, updates, st.iso(inp.now), inp.generation)
-    status["conditions"] = [c.wire() for c in conditions]
-    status["observedGeneration"] = inp.generation
-    status["selector"] = selector_string(inp.name)
-    status["recommendation"] = st.recommendation(the_plan, decision)
-    status["observed"] = st.observed(obs, slo, inp.warning)
-    fit = st.fitted(request.fits, (st.layout_of(applied) or Layout(0, 0, 0)).tensor_parallel_size)
+    fields: dict[str, Any] = {
+        "conditions": [c.wire() for c in conditions], "observedGeneration": inp.generation,
+        "selector": selector_string(inp.name), "recommendation": st.recommendation(the_plan, decision),
+        "observed": st.observed(obs, slo, inp.warning),
+        "decisions": st.log_decision(list(inp.status.get("decisions", [])), inp.now, mode.action, mode.reason,
+                                     mode.message),
+        "guardrails": st.state_to_status(new_state),
+    }
+    if applied:
+        fields["applied"] = applied
+    if target is not None:
+        fields["replicas"] = target.replicas
+    applied_tp = (st.layout_of(applied) or Layout(0, 0, 0)).tensor_parallel_size
+    # The same cached fit the plan used (model/passfit.py caches by the samples' content).
+    perf = PerformanceModel(request.model, request.gpu, the_plan.workload, request.napkin, fits=request.fits)
+    fit = st.fitted(perf.pass_fit(applied_tp) if applied_tp in request.fits else None, applied_tp)
     if fit is not None:
-        status["fit"] = fit
+        fields["fit"] = fit
     if inp.fit_samples:
-        status["fitSamples"] = dict(inp.fit_samples)
-    status["decisions"] = st.log_decision(list(inp.status.get("decisions", [])), inp.now, action, reason, message)
-    status["guardrails"] = st.state_to_status(new_state)
+        fields["fitSamples"] = dict(inp.fit_samples)
     events = _condition_events(old, conditions)
     if target is not None:
-        events.append(("Normal", reason, f"applying TP{target.tensor_parallel_size} max-num-seqs "
-                                         f"{target.max_num_seqs} x{target.replicas}: {message}"))
-    return CycleOutcome(the_plan, decision, target, action, reason, status, tuple(events))
+        events.append(("Normal", mode.reason, f"applying TP{target.tensor_parallel_size} max-num-seqs "
+                                              f"{target.max_num_seqs} x{target.replicas}: {mode.message}"))
+    surge = decision.rollout.max_surge if decision.rollout is not None and target is not None else state.rollout_surge
+    return CycleOutcome(the_plan, decision, target, surge, mode.action, mode.reason, st.wire_status(fields),
+                        tuple(events))

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infertune.actuate.apply import KubeApiError, KubeClient
+from infertune.actuate.apply import KubeClient
 from infertune.actuate.workload import DEPLOYMENT_LABEL
 from infertune.api.observation import MetricsFault
 from infertune.api.quantities import parse_duration
 from infertune.api.spec import InferenceDeploymentSpec
+from infertune.errors import ApiError, SourceError
 from infertune.observe import PrometheusSource
 from infertune.observe.pods import PodsSource, PodTarget
 from infertune.observe.snapshot import MetricsSource
@@ -51,7 +52,9 @@ class Route:
     port: int  # the engine's port, for the pods source
 
 
-class SourceUnavailable(Exception):
+class SourceUnavailable(SourceError):
+    """The source a resource names cannot be built or reached; `fault` says why."""
+
     def __init__(self, fault: MetricsFault, message: str) -> None:
         super().__init__(message)
         self.fault = fault
@@ -76,7 +79,7 @@ def _read(kube: KubeClient, ref: Ref, what: str) -> str:
     kind, namespace, name, key = ref
     try:
         obj = kube.get("v1", kind, namespace, name)
-    except KubeApiError as exc:
+    except ApiError as exc:
         raise SourceUnavailable(MetricsFault.CREDENTIALS, f"{what}: cannot read {kind} {namespace}/{name}: "
                                                           f"{exc}") from None
     if obj is None:

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from infertune.actuate.workload import layout_of_workload, max_surge_of, workload_kind
 from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
-from infertune.api.status import MAX_DECISIONS
-from infertune.model import LinearFit
+from infertune.api.status import MAX_DECISIONS, InferenceDeploymentStatus
 from infertune.model.early_warning import CliffReason, CliffWarning
+from infertune.model.passfit import PassFit
 from infertune.planner import Decision, Plan, PlannerState
 from infertune.planner.types import Layout, SloTarget
 
@@ -81,6 +82,10 @@ class WorkloadState:
     ready: int
     updated: int | None = None
     current: bool = True  # the controller has observed the latest generation
+    # What the workload runs, read from its replicas and its pod template's layout annotations: the
+    # truth the operator acts from, whatever its status last recorded.
+    layout: Layout | None = None
+    max_surge: int = 1  # the rollout strategy it rolls with
 
     @property
     def mid_rollout(self) -> bool:
@@ -94,7 +99,8 @@ class WorkloadState:
         seen = status.get("observedGeneration")
         return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
                    updated=status.get("updatedReplicas"),
-                   current=generation is None or seen is None or int(seen) >= int(generation))
+                   current=generation is None or seen is None or int(seen) >= int(generation),
+                   layout=layout_of_workload(dict(obj)), max_surge=max(max_surge_of(dict(obj)) or 1, 1))
 
 
 def ready_condition(workload: WorkloadState | None, applied: bool) -> ConditionUpdate:
@@ -149,19 +155,38 @@ def observed(obs: Observation | None, slo: SloTarget, warning: CliffWarning | No
     return out | {k: v for k, v in figures.items() if v is not None}
 
 
-def fitted(fits: Mapping[int, LinearFit], tp: int | None) -> dict[str, Any] | None:
-    fit = fits.get(tp) if tp is not None else None
+def fitted(fit: PassFit | None, tp: int) -> dict[str, Any] | None:
+    """The applied layout's per-pass fit: each napkin term's coefficient (1 = the napkin's own), R^2, and
+    the batches and contexts its samples span."""
     if fit is None:
         return None
-    return {"tensorParallelSize": tp, "interceptMs": round(fit.intercept_s * 1000, 3),
-            "slopeMs": round(fit.slope_s * 1000, 4), "r2": round(fit.r2, 4), "samples": fit.samples}
+    return {"tensorParallelSize": tp, "terms": {name: round(value, 4) for name, value in fit.terms},
+            "r2": round(fit.r2, 4), "samples": fit.samples, "batchMin": round(fit.batch_min, 2),
+            "batchMax": round(fit.batch_max, 2), "contextMin": round(fit.context_min),
+            "contextMax": round(fit.context_max)}
 
 
-def log_decision(log: list[dict[str, Any]], now: float, action: str, reason: str, message: str) -> list[dict[str, Any]]:
+def wire_status(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The status fields as the CRD's schema has them: validated by the pydantic model that generates
+    it (api/status.py), so what the operator writes cannot drift from what the API server accepts."""
+    model = InferenceDeploymentStatus.model_validate(dict(fields))
+    wired: dict[str, Any] = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    return wired
+
+
+def log_decision(log: list[dict[str, Any]], now: float, action: str, reason: str,
+                 message: str) -> list[dict[str, Any]]:
     """Appends only a new kind of decision, so a steady state does not rewrite status every cycle."""
     if log and (log[-1].get("action"), log[-1].get("reason")) == (action, reason):
         return log
     return [*log, {"time": iso(now), "action": action, "reason": reason, "message": message[:500]}][-MAX_DECISIONS:]
+
+
+def applied_status(layout: Layout, gpus_per_node: int, applied_at: str) -> dict[str, Any]:
+    """status.applied: the layout that runs, its workload kind, and when it was applied."""
+    return {"tensorParallelSize": layout.tensor_parallel_size, "maxNumSeqs": layout.max_num_seqs,
+            "replicas": layout.replicas, "workloadKind": workload_kind(layout, gpus_per_node).value,
+            "appliedAt": applied_at}
 
 
 def layout_of(raw: Mapping[str, Any] | None) -> Layout | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from infertune.api.observation import Observation
 from infertune.controller.cycle import CycleOutcome
@@ -48,6 +48,10 @@ class Telemetry:
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)
 
+    def exposition(self) -> str:
+        """What /metrics serves."""
+        return generate_latest(self.registry).decode()
+
     def _set(self, key: str, ns: str, name: str, value: float | None) -> None:
         if value is None:
             # Absent, not zero: a missing figure must not draw a flat line at 0 on a dashboard.
@@ -84,3 +88,10 @@ class Telemetry:
         fit = status.get("fit") or {}
         self._set("fit_r2", ns, name, fit.get("r2"))
         self._set("fit_samples", ns, name, fit.get("samples"))
+
+    def forget(self, ns: str, name: str) -> None:
+        """A deleted resource's series go, so its alerts stop firing and dashboards stop drawing it."""
+        for key in self.gauges:
+            self._set(key, ns, name, None)
+        for labels in [k for k in self.decisions._metrics if tuple(k[:2]) == (ns, name)]:
+            self.decisions.remove(*labels)

@@ -25,6 +25,7 @@ from infertune.model.kv import (
     weight_bytes,
     working_set_tokens,
 )
+from infertune.model.passfit import PassFit, PassPrior, SampleSet, fit_pass
 from infertune.model.perf import (
     LayoutPrediction,
     PassPrediction,
@@ -48,12 +49,16 @@ __all__ = [
     "MoeSpec",
     "NapkinAssumptions",
     "PassBytes",
+    "PassFit",
     "PassPrediction",
+    "PassPrior",
     "PerformanceModel",
     "Region",
+    "SampleSet",
     "Workload",
     "cliff_concurrency",
     "cost_per_million",
+    "fit_pass",
     "fit_per_pass",
     "gpu_names",
     "kv_bytes_per_token",

@@ -8,11 +8,13 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
+from infertune.errors import InfertuneError
+
 AttentionKind = Literal["gqa", "mla"]
 ComputeDtype = Literal["bf16", "fp8", "fp4"]
 
 
-class CatalogError(ValueError):
+class CatalogError(InfertuneError):
     """An unknown name or a malformed profile; the message names the field."""
 
 

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from infertune.errors import InfertuneError
 
-class FitError(ValueError):
+
+class FitError(InfertuneError):
     """Too few, or degenerate, samples for a line."""
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infertune.model.catalog import CatalogError
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -66,4 +68,4 @@ def workload_preset(name: str) -> Workload:
     try:
         return WORKLOADS[name]
     except KeyError:
-        raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None
+        raise CatalogError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None

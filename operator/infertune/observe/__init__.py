@@ -12,7 +12,7 @@ from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build
 from infertune.observe.fitmemory import FitMemory, FitSample
 from infertune.observe.history import PressureHistory, pressure_point
 from infertune.observe.pods import PodsSource, PodTarget
-from infertune.observe.prometheus import PrometheusSource, SourceError
+from infertune.observe.prometheus import PrometheusSource, QueryError
 from infertune.observe.promql import Labels, poll_queries
 from infertune.observe.serialize import fit_to_dict, observation_to_dict
 from infertune.observe.snapshot import MetricsSource, Snapshot
@@ -29,8 +29,8 @@ __all__ = [
     "PodsSource",
     "PressureHistory",
     "PrometheusSource",
+    "QueryError",
     "Snapshot",
-    "SourceError",
     "build_observation",
     "fit_to_dict",
     "observation_to_dict",

@@ -126,8 +126,20 @@ def replica_observation(fig: PodFigures) -> ReplicaObservation:
     )
 
 
-def fit_samples(figs: Sequence[PodFigures]) -> tuple[tuple[float, float], ...]:
-    """(mean running batch, mean inter-token seconds) per pod whose window was clean.
+def stream_context(kv_usage: float | None, capacity_tokens: float | None, running: float | None) -> float:
+    """Mean tokens each running stream holds in the KV pool: the pool's use over the streams; 0 when
+    any figure is missing (the fit then takes the workload's context)."""
+    if kv_usage is None or capacity_tokens is None or running is None or running < 1:
+        return 0.0
+    if not (math.isfinite(kv_usage) and 0 <= kv_usage <= 1.5 and math.isfinite(capacity_tokens)
+            and capacity_tokens > 0):
+        return 0.0
+    return kv_usage * capacity_tokens / running
+
+
+def fit_samples(figs: Sequence[PodFigures]) -> tuple[tuple[float, float, float], ...]:
+    """(mean running batch, mean inter-token seconds, tokens per running stream) per pod whose window
+    was clean.
 
     A window with any preemption is dropped: recompute stretches passes and the sample would
     sit above the line. So is one with no decoded tokens or an idle batch.
@@ -139,7 +151,9 @@ def fit_samples(figs: Sequence[PodFigures]) -> tuple[tuple[float, float], ...]:
         batch = _finite(fig.running_mean)
         if preempt is None or preempt > 0 or itl is None or batch is None or batch < 1 or fig.counter_reset:
             continue
-        out.append((batch, itl))
+        context = stream_context(_finite(fig.gauges.get("kv_usage")), fig.capacity_tokens,
+                                 _finite(fig.gauges.get("running")))
+        out.append((batch, itl, context))
     return tuple(out)
 
 

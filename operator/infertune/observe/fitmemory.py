@@ -1,9 +1,14 @@
 """What the online fit has learned, per layout (TP), in a bounded form that survives a restart.
 
+Each sample carries the batch, the pass time AND the context the batch's streams attended over (KV
+use x KV capacity / running requests), so the physics fit (model/passfit.py) can tell a batch that is
+slow because it is large from one that is slow because its contexts are long. `fits()` hands the
+samples on as hashable SampleSets: the planner fits them once per change, not once per plan.
+
 The controller keeps `to_status()` in the resource's status and rebuilds with `from_status()`.
 The memory is bounded per layout; when full it forgets the oldest sample of the most crowded
-batch bin, so a long stretch at one load does not wash out what was seen at other batch sizes
-(the slope needs the spread).
+(batch, context) bin, so a long stretch at one load does not wash out what was seen at other batch
+sizes and contexts (the fit needs the spread).
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from infertune.errors import StatusError
 from infertune.model.fit import FitError, LinearFit, fit_per_pass
+from infertune.model.passfit import SampleSet
 
-STATUS_VERSION = 1
+STATUS_VERSION = 2  # rows gained the context; version 1 rows (no context) still load
 
 
 @dataclass(frozen=True)
@@ -24,15 +31,18 @@ class FitSample:
     seconds: float  # mean inter-token latency over the window: one pass
     weight: float = 1.0
     time: float = 0.0
+    context: float = 0.0  # mean tokens each running stream holds; 0 = unknown
 
     def valid(self) -> bool:
-        return all(math.isfinite(v) for v in (self.batch, self.seconds, self.weight, self.time)) \
-            and self.batch >= 1 and self.seconds > 0 and self.weight > 0
+        return all(math.isfinite(v) for v in (self.batch, self.seconds, self.weight, self.time, self.context)) \
+            and self.batch >= 1 and self.seconds > 0 and self.weight > 0 and 0 <= self.context < 1e9
 
 
-def _bin(batch: float) -> int:
-    """Quarter-octave bins: fine at small batches where the intercept is decided, coarse above."""
-    return round(4 * math.log2(max(batch, 1.0)))
+def _bin(sample: FitSample) -> tuple[int, int]:
+    """Quarter-octave batch bins (fine at small batches, where the fixed cost is decided) crossed with
+    half-octave context bins: the context spread is what tells the KV term from the weights."""
+    context = round(2 * math.log2(sample.context)) if sample.context >= 1 else -1
+    return round(4 * math.log2(max(sample.batch, 1.0))), context
 
 
 class FitMemory:
@@ -43,12 +53,13 @@ class FitMemory:
         self.min_samples = min_samples
         self._samples: dict[int, list[FitSample]] = {}
 
-    def add(self, tp: int, samples: Iterable[FitSample | tuple[float, float]], now: float = 0.0) -> int:
-        """Adds samples for layout `tp`; tuples are (batch, seconds) taken at `now`; returns how many."""
+    def add(self, tp: int, samples: Iterable[FitSample | tuple[float, ...]], now: float = 0.0) -> int:
+        """Adds samples for layout `tp`; tuples are (batch, seconds[, context]) taken at `now`; returns how many."""
         kept = 0
         bucket = self._samples.setdefault(int(tp), [])
         for raw in samples:
-            sample = raw if isinstance(raw, FitSample) else FitSample(float(raw[0]), float(raw[1]), 1.0, now)
+            sample = raw if isinstance(raw, FitSample) else FitSample(
+                float(raw[0]), float(raw[1]), 1.0, now, float(raw[2]) if len(raw) > 2 else 0.0)
             if not sample.valid():
                 continue
             bucket.append(sample)
@@ -59,9 +70,9 @@ class FitMemory:
 
     @staticmethod
     def _evict(bucket: list[FitSample]) -> None:
-        bins: dict[int, list[int]] = {}
+        bins: dict[tuple[int, int], list[int]] = {}
         for i, s in enumerate(bucket):
-            bins.setdefault(_bin(s.batch), []).append(i)
+            bins.setdefault(_bin(s), []).append(i)
         crowded = max(bins.values(), key=len)
         del bucket[min(crowded, key=lambda i: bucket[i].time)]
 
@@ -71,8 +82,26 @@ class FitMemory:
     def layouts(self) -> tuple[int, ...]:
         return tuple(sorted(self._samples))
 
+    def sample_set(self, tp: int) -> SampleSet | None:
+        """This layout's samples for the physics fit, or None while there are too few."""
+        samples = self._samples.get(int(tp), [])
+        if len(samples) < self.min_samples:
+            return None
+        return SampleSet(tuple(s.batch for s in samples), tuple(s.seconds for s in samples),
+                         tuple(s.context for s in samples), tuple(s.weight for s in samples))
+
+    def fits(self) -> dict[int, SampleSet]:
+        """Every layout with enough samples, for the planner's physics fit."""
+        out = {}
+        for tp in self.layouts():
+            samples = self.sample_set(tp)
+            if samples is not None:
+                out[tp] = samples
+        return out
+
     def fit(self, tp: int) -> LinearFit | None:
-        """The robust per-pass line for this layout, or None while the samples cannot support one."""
+        """The plain robust per-pass line for this layout (what `infertune observe` shows), or None while
+        the samples cannot support one. The planner fits the napkin's terms instead: see `fits()`."""
         samples = self._samples.get(int(tp), [])
         if len(samples) < self.min_samples:
             return None
@@ -86,21 +115,13 @@ class FitMemory:
         # A negative slope or intercept is noise over too narrow a batch range, not physics.
         return fit if fit.slope_s > 0 and fit.intercept_s > 0 else None
 
-    def fits(self) -> dict[int, LinearFit]:
-        out = {}
-        for tp in self.layouts():
-            fit = self.fit(tp)
-            if fit is not None:
-                out[tp] = fit
-        return out
-
     def to_status(self) -> dict[str, Any]:
-        """JSON-able and small: at most max_samples x 4 numbers per layout."""
+        """JSON-able and small: at most max_samples x 5 numbers per layout."""
         return {
             "version": STATUS_VERSION,
             "layouts": {
-                str(tp): [[round(s.batch, 3), round(s.seconds, 7), round(s.weight, 3), round(s.time, 1)]
-                          for s in samples]
+                str(tp): [[round(s.batch, 3), round(s.seconds, 7), round(s.weight, 3), round(s.time, 1),
+                           round(s.context, 1)] for s in samples]
                 for tp, samples in sorted(self._samples.items())
             },
         }
@@ -108,26 +129,28 @@ class FitMemory:
     @classmethod
     def from_status(cls, data: Mapping[str, Any] | None, max_samples: int = 64,
                     min_samples: int = 6) -> FitMemory:
-        """Rebuilds from `to_status()`. Raises ValueError naming the bad field; None gives an empty memory."""
+        """Rebuilds from `to_status()`. Raises StatusError naming the bad field; None gives an empty memory."""
         memory = cls(max_samples, min_samples)
         if not data:
             return memory
-        if data.get("version") != STATUS_VERSION:
-            raise ValueError(f"fit status: unsupported version {data.get('version')!r}")
+        version = data.get("version")
+        if version not in (1, STATUS_VERSION):
+            raise StatusError(f"fit status: unsupported version {version!r}")
+        width = 4 if version == 1 else 5
         layouts = data.get("layouts")
         if not isinstance(layouts, Mapping):
-            raise ValueError("fit status: 'layouts' must be a mapping of TP to samples")
+            raise StatusError("fit status: 'layouts' must be a mapping of TP to samples")
         for tp_text, rows in layouts.items():
             if not str(tp_text).isdigit() or not isinstance(rows, list):
-                raise ValueError(f"fit status: layouts[{tp_text!r}] must be a TP with a list of samples")
+                raise StatusError(f"fit status: layouts[{tp_text!r}] must be a TP with a list of samples")
             parsed = []
             for i, row in enumerate(rows):
-                if not isinstance(row, list) or len(row) != 4:
-                    raise ValueError(
-                        f"fit status: layouts[{tp_text!r}][{i}] must be [batch, seconds, weight, time]")
+                if not isinstance(row, list) or len(row) != width:
+                    fields = "batch, seconds, weight, time" + (", context" if width == 5 else "")
+                    raise StatusError(f"fit status: layouts[{tp_text!r}][{i}] must be [{fields}]")
                 try:
                     parsed.append(FitSample(*(float(v) for v in row)))
                 except (TypeError, ValueError):
-                    raise ValueError(f"fit status: layouts[{tp_text!r}][{i}] holds a non-number") from None
+                    raise StatusError(f"fit status: layouts[{tp_text!r}][{i}] holds a non-number") from None
             memory.add(int(tp_text), parsed)
         return memory

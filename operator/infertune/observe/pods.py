@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import requests
 
 from infertune.api.observation import MetricsFault, Observation
+from infertune.errors import UserError
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
@@ -39,17 +40,17 @@ class PodTarget:
         """`host:port`, a URL, or `namespace/deployment/pod=host:port`."""
         ident, _, address = text.strip().rpartition("=")
         if not address:
-            raise ValueError(f"target {text!r}: expected host:port")
+            raise UserError(f"target {text!r}: expected host:port")
         pod = address
         if ident:
             parts = ident.split("/")
             if len(parts) != 3 or not all(parts):
-                raise ValueError(f"target {text!r}: expected namespace/deployment/pod=host:port")
+                raise UserError(f"target {text!r}: expected namespace/deployment/pod=host:port")
             namespace, deployment, pod = parts
         url = address if "://" in address else f"http://{address}/metrics"
         host = url.split("://", 1)[1].split("/", 1)[0]
         if ":" not in host or not host.rsplit(":", 1)[1].isdigit():
-            raise ValueError(f"target {text!r}: expected host:port with a numeric port")
+            raise UserError(f"target {text!r}: expected host:port with a numeric port")
         return cls(namespace, deployment, pod, url)
 
 

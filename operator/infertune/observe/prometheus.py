@@ -22,15 +22,18 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from infertune.api.observation import MetricsFault
+from infertune.errors import SourceError
 from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
-from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation
+from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, stream_context
 from infertune.observe.fitmemory import FitSample
 from infertune.observe.promql import Labels, Query, fit_range_queries, poll_queries
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 
 
-class SourceError(Exception):
+class QueryError(SourceError):
+    """A Prometheus query failed; `fault` says how, in the words a condition uses."""
+
     def __init__(self, fault: MetricsFault, message: str) -> None:
         super().__init__(message)
         self.fault = fault
@@ -40,33 +43,42 @@ _RANK = {name: i for i, name in enumerate(KV_USAGE_DIALECTS)}
 _STATUS = re.compile(r"HTTP Status Code (\d+)")
 
 
-def classify(exc: BaseException, url: str) -> SourceError:
+def classify(exc: BaseException, url: str) -> QueryError:
     """Maps a client exception to the fault a user can act on."""
-    if isinstance(exc, SourceError):
+    if isinstance(exc, QueryError):
         return exc
     if isinstance(exc, ValueError):  # requests' JSONDecodeError is a RequestException too: test first
-        return SourceError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
+        return QueryError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
     # Without retries urllib3's own errors surface unwrapped; NewConnectionError subclasses its
     # TimeoutError, so it is tested first.
     if isinstance(exc, urllib3.exceptions.NewConnectionError):
-        return SourceError(MetricsFault.UNREACHABLE, f"cannot reach {url}: connection refused")
+        return QueryError(MetricsFault.UNREACHABLE, f"cannot reach {url}: connection refused")
     if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError):
-        return SourceError(MetricsFault.TIMEOUT, f"{url} did not answer within the timeout")
+        return QueryError(MetricsFault.TIMEOUT, f"{url} did not answer within the timeout")
     if isinstance(exc, requests.exceptions.RequestException | urllib3.exceptions.HTTPError | OSError):
-        return SourceError(MetricsFault.UNREACHABLE, f"cannot reach {url}: {type(exc).__name__}")
+        return QueryError(MetricsFault.UNREACHABLE, f"cannot reach {url}: {type(exc).__name__}")
     if isinstance(exc, PrometheusApiClientException):
         match = _STATUS.search(str(exc))
         code = int(match.group(1)) if match else 0
         if code >= 500:
-            return SourceError(MetricsFault.SERVER_ERROR, f"{url} answered HTTP {code}")
+            return QueryError(MetricsFault.SERVER_ERROR, f"{url} answered HTTP {code}")
         if code in (401, 403):
-            return SourceError(MetricsFault.UNREACHABLE, f"{url} answered HTTP {code}: check the token")
-        return SourceError(MetricsFault.MALFORMED, f"{url} rejected the query: HTTP {code}")
-    return SourceError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
+            return QueryError(MetricsFault.UNREACHABLE, f"{url} answered HTTP {code}: check the token")
+        return QueryError(MetricsFault.MALFORMED, f"{url} rejected the query: HTTP {code}")
+    return QueryError(MetricsFault.MALFORMED, f"{url} sent an answer that is not Prometheus JSON")
 
 
 def _value(item: Mapping[str, Any]) -> float:
     return float(item["value"][1])  # "NaN" and "+Inf" parse to float too
+
+
+def _capacity_tokens(key: str, metric: Mapping[str, Any], values: list[Any]) -> float | None:
+    """A pod's KV pool in tokens from a range series: SGLang's gauge, or vLLM's cache_config_info labels."""
+    if key == "cache_config":
+        blocks, size = metric.get("num_gpu_blocks", ""), metric.get("block_size", "")
+        return float(int(blocks) * int(size)) if blocks.isdigit() and size.isdigit() else None
+    finite = [float(v) for _, v in values if math.isfinite(float(v)) and float(v) > 0]
+    return finite[-1] if finite else None
 
 
 class _PodAccumulator:
@@ -155,7 +167,7 @@ class PrometheusSource:
         except Exception as exc:  # every client failure becomes a fault, never a traceback
             raise classify(exc, self.url) from exc
         if not isinstance(result, list) or not all(isinstance(i, dict) and "metric" in i for i in result):
-            raise SourceError(MetricsFault.MALFORMED, f"{self.url}: unexpected answer to {query.key}")
+            raise QueryError(MetricsFault.MALFORMED, f"{self.url}: unexpected answer to {query.key}")
         return result
 
     def poll(self, expected: Mapping[DeploymentKey, Expected] | None = None,
@@ -177,7 +189,7 @@ class PrometheusSource:
                     pod = metric.get(lab.pod, "")
                     acc = pods[key].setdefault(pod, _PodAccumulator(pod))
                     acc.absorb(query, item)
-        except SourceError as err:
+        except QueryError as err:
             return Snapshot(time=at, queries=issued, fault=err.fault, message=str(err), source=self.name)
         except (KeyError, ValueError, TypeError, IndexError) as exc:
             return Snapshot(time=at, queries=issued, fault=MetricsFault.MALFORMED,
@@ -197,12 +209,13 @@ class PrometheusSource:
 
     def fit_history(self, start: float, end: float,
                     step: str = "30s") -> dict[DeploymentKey, list[FitSample]]:
-        """Clean (batch, inter-token seconds) windows per deployment from range queries: 4 queries in all.
+        """Clean (batch, inter-token seconds, context) windows per deployment from range queries: 7 in all.
 
         Windows with a preemption are dropped; weights grow with the tokens a window decoded,
         because a window of three tokens says little about the pass time.
         """
         series: dict[str, dict[tuple[str, str, str, float], float]] = {}
+        capacity: dict[tuple[str, str, str], float] = {}
         begin, finish = datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)
         lab = self.labels
         for query in fit_range_queries(step, lab, self.namespace, self.deployment):
@@ -213,8 +226,13 @@ class PrometheusSource:
             points: dict[tuple[str, str, str, float], float] = {}
             for item in result:
                 m = item["metric"]
+                ident = (m.get(lab.namespace, ""), m.get(lab.deployment, ""), m.get(lab.pod, ""))
+                if query.key in ("capacity_tokens", "cache_config"):
+                    capacity_of = _capacity_tokens(query.key, m, item["values"])
+                    if capacity_of is not None:
+                        capacity[ident] = capacity_of
+                    continue
                 for t, v in item["values"]:
-                    ident = (m.get(lab.namespace, ""), m.get(lab.deployment, ""), m.get(lab.pod, ""))
                     points[(*ident, float(t))] = float(v)
             series[query.key] = points
         out: dict[DeploymentKey, list[FitSample]] = defaultdict(list)
@@ -226,5 +244,6 @@ class PrometheusSource:
                 continue
             if preempted is None or preempted > 0 or batch < 1 or itl <= 0:
                 continue
-            out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3]))
+            context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]), batch)
+            out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3], context))
         return dict(out)

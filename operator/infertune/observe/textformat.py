@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from infertune.errors import SourceError
 from infertune.observe.dialects import (
     COUNTERS,
     GAUGES,
@@ -26,7 +27,7 @@ from infertune.observe.dialects import (
 )
 
 
-class PayloadError(ValueError):
+class PayloadError(SourceError):
     """The payload is not the Prometheus text format."""
 
 

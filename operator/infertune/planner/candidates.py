@@ -13,6 +13,14 @@ so the floor must hold for a batch that long (the speed at c x the same overshoo
 TP8 c=20 clears 25 tok/s by 5%, and on the twin 11% of its streams decode below it.
 Each row also carries what one replica sustains with random arrivals (model/queueing.py), which
 is what replicas are sized by.
+
+Where a fit of the TP predicts beyond the batches it sampled, the per-pass time is an interval, not a
+point, and the planner takes its slow end for the two judgements a wrong guess would hurt: the
+per-stream floor (a layout is feasible only if its streams keep the SLO speed at the interval's slow end)
+and the rate replicas are sized by (e2e at the slow end). Inside the sampled batches the fit is measured
+and the point stands; without samples at all the napkin's 2-10x band would reject everything, so the
+point stands there too until the operator has learnt. The KV line does not move with per-pass time: it
+is judged on the working set's own p95 above.
 """
 
 from __future__ import annotations
@@ -75,6 +83,10 @@ class Candidate:
     pass_source: str
     feasible: bool
     reason: str
+    per_pass_seconds: float = math.nan
+    per_pass_low_seconds: float = math.nan  # the prediction's interval
+    per_pass_high_seconds: float = math.nan
+    pessimistic: bool = False  # judged at the interval's slow end (a fit extrapolating)
 
 
 @dataclass(frozen=True)
@@ -122,8 +134,10 @@ class CandidateTable:
                     f"{float(self.kv_fraction[i]):.0%}) crosses the {self.headroom_line:.0%} line "
                     f"(cliff at c={grid.cliff_concurrency:.1f})")
         if v is Verdict.STREAM_TPS_BELOW_SLO:
-            return (f"StreamTPSBelowSLO: {float(self.tps_tail[i]):.1f} tok/s per stream in the longest batches "
-                    f"(mean {tps:.1f}) < {self.min_stream_tps:g} tok/s")
+            _, j = self._grid_of(i)
+            slow = " at the slow end of the fit's extrapolated interval" if grid.extrapolated[j] else ""
+            return (f"StreamTPSBelowSLO: {float(self.tps_tail[i]):.1f} tok/s per stream in the longest batches"
+                    f"{slow} (mean {tps:.1f}) < {self.min_stream_tps:g} tok/s")
         return f"TTFTAboveSLO: TTFT {ttft:.2f} s > {self.max_ttft_seconds:g} s"
 
     def row(self, i: int) -> Candidate:
@@ -150,10 +164,21 @@ class CandidateTable:
             pass_source=grid.pass_source(j),
             feasible=bool(self.verdict[i] == Verdict.FEASIBLE),
             reason=self.reason(i),
+            per_pass_seconds=float(grid.per_pass_seconds[j]),
+            per_pass_low_seconds=float(grid.per_pass_low[j]),
+            per_pass_high_seconds=float(grid.per_pass_high[j]),
+            pessimistic=bool(grid.extrapolated[j]),
         )
 
     def rows(self) -> list[Candidate]:
         return [self.row(i) for i in range(len(self))]
+
+
+def _sizing_e2e(grid: LayoutGrid, perf: PerformanceModel) -> FloatArray:
+    """Request time replicas are sized by: at the slow end of the interval where a fit extrapolates."""
+    slow = grid.ttft_seconds + perf.workload.output_tokens * grid.per_pass_high
+    e2e: FloatArray = np.where(grid.extrapolated, slow, grid.e2e_seconds)
+    return e2e
 
 
 def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
@@ -171,7 +196,7 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         offsets.append(n)
         n += concurrencies.size
         tps = grid.per_stream_tps
-        tps_tail = perf.per_stream_tps(tp, concurrencies * spread)
+        tps_tail = perf.per_stream_tps(tp, concurrencies * spread, pessimistic=True)
         frac = grid.kv_working_set_fraction
         tail = frac * spread
         verdict = np.full(concurrencies.shape, Verdict.FEASIBLE, dtype=np.int64)
@@ -210,7 +235,7 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
     serving = [i for i, g in enumerate(grids) if g.kv_capacity_tokens > 0]
     if serving:
         rates[serving] = sustainable_rates(concurrencies, concurrencies,
-                                           np.stack([grids[i].e2e_seconds for i in serving]),
+                                           np.stack([_sizing_e2e(grids[i], perf) for i in serving]),
                                            np.stack([grids[i].ttft_seconds for i in serving]),
                                            request.slo.max_ttft_seconds, request.slo.ttft_percentile)
     cols["rate"] = list(rates)

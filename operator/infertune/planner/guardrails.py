@@ -11,18 +11,22 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from infertune.api.observation import Observation
+from infertune.api.observation import MetricsFault, Observation
 from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.plan import Plan
-from infertune.planner.rollout import MAX_SURGE, Rollout, reachable
-from infertune.planner.types import Action, Guardrails, Layout, PlannerState
+from infertune.planner.rollout import Rollout, reachable
+from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState
+
+# A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
+# guardrail's.
+Reason = DecisionReason | MetricsFault
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
     passed: bool
-    reason: str
+    reason: Reason
     message: str = ""
 
 
@@ -31,10 +35,15 @@ class Decision:
     action: Action
     target: Layout | None  # what to apply; None keeps what runs
     recommended: Layout | None  # what the plan wanted, before the guardrails
-    reason: str
+    reason: Reason
     message: str
     checks: tuple[Check, ...]
     decided_at: float
+    # A re-layout's rollout: its surge (what the workload renders), waves, duration and GPU-time.
+    rollout: Rollout | None = None
+    # What the demand wants of the running shape (with its burst headroom): what the scale-down
+    # stabilisation window remembers. None when the model no longer sizes that shape.
+    running_wanted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -58,11 +67,11 @@ class _Context:
     rollout: Rollout | None = None
 
 
-def _ok(name: str, reason: str = "Passed", message: str = "") -> Check:
+def _ok(name: str, reason: Reason = DecisionReason.PASSED, message: str = "") -> Check:
     return Check(name, True, reason, message)
 
 
-def _hold(name: str, reason: str, message: str) -> Check:
+def _hold(name: str, reason: Reason, message: str) -> Check:
     return Check(name, False, reason, message)
 
 
@@ -73,23 +82,24 @@ def _since(then: float | None, now: float) -> float:
 def check_metrics_fresh(ctx: _Context) -> Check:
     obs = ctx.observation
     if obs is None:
-        return _hold("metrics", "MetricsUnavailable", "no observation yet")
+        return _hold("metrics", DecisionReason.METRICS_UNAVAILABLE, "no observation yet")
     if not obs.available:
-        return _hold("metrics", obs.fault.value, obs.message or "the metrics source is not trusted")
+        return _hold("metrics", obs.fault, obs.message or "the metrics source is not trusted")
     age = ctx.now - obs.sample_time
     if age > ctx.rails.stale_after_s:
         limit = ctx.rails.stale_after_s
-        return _hold("metrics", "MetricsStale", f"newest sample is {age:.0f} s old (limit {limit:.0f} s)")
+        return _hold("metrics", DecisionReason.METRICS_STALE, f"newest sample is {age:.0f} s old (limit {limit:.0f} s)")
     if obs.arrival_rate is None:
         # A replica that just became ready has no rate yet: the demand is unknown, not the hint.
-        return _hold("metrics", "NoDemandFigure", "no request rate yet (a new replica needs a second scrape)")
-    return _ok("metrics", "MetricsFresh")
+        return _hold("metrics", DecisionReason.NO_DEMAND_FIGURE,
+                     "no request rate yet (a new replica needs a second scrape)")
+    return _ok("metrics", DecisionReason.METRICS_FRESH)
 
 
 def check_plan_feasible(ctx: _Context) -> Check:
     if ctx.proposed is None:
-        return _hold("feasible", "NoFeasibleLayout", ctx.plan.reason)
-    return _ok("feasible", "PlanFeasible")
+        return _hold("feasible", DecisionReason.NO_FEASIBLE_LAYOUT, ctx.plan.reason)
+    return _ok("feasible", DecisionReason.PLAN_FEASIBLE)
 
 
 def check_relayout_settled(ctx: _Context) -> Check:
@@ -100,11 +110,11 @@ def check_relayout_settled(ctx: _Context) -> Check:
         return _ok("relayout-settled")
     waited = _since(ctx.state.last_relayout_at, ctx.now)
     if waited < ctx.rails.model_load_seconds:
-        return _hold("relayout-settled", "RelayoutInProgress",
+        return _hold("relayout-settled", DecisionReason.RELAYOUT_IN_PROGRESS,
                      f"the last re-layout, {waited:.0f} s ago, is still loading (model load "
                      f"{ctx.rails.model_load_seconds:.0f} s)")
     if ctx.state.rolling_out:
-        return _hold("relayout-settled", "RelayoutInProgress",
+        return _hold("relayout-settled", DecisionReason.RELAYOUT_IN_PROGRESS,
                      f"the last re-layout, {waited:.0f} s ago, is still rolling out (old pods still serve)")
     return _ok("relayout-settled")
 
@@ -115,10 +125,11 @@ def check_relayout_keeps_capacity(ctx: _Context) -> Check:
     if not _is_relayout(ctx) or ctx.rollout is not None or ctx.applied_unsafe:
         return _ok("relayout-capacity")
     assert ctx.applied is not None and ctx.proposed is not None
-    return _hold("relayout-capacity", "RelayoutWouldDropCapacity",
+    return _hold("relayout-capacity", DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
                  f"rolling {ctx.applied.replicas} x TP{ctx.applied.tensor_parallel_size} into "
-                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} without dropping a "
-                 f"serving pod needs more GPUs than the pool's {ctx.plan.sizing[3]}")
+                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} while keeping the "
+                 f"pods the demand needs serving does not fit the pool's {ctx.plan.sizing.pool_gpus} GPUs, even one "
+                 f"new pod at a time")
 
 
 def check_rollout_finished(ctx: _Context) -> Check:
@@ -128,10 +139,10 @@ def check_rollout_finished(ctx: _Context) -> Check:
     if _is_relayout(ctx) or ctx.applied is None or ctx.proposed is None or not ctx.state.rolling_out:
         return _ok("rollout-finished")
     if ctx.proposed.replicas < ctx.applied.replicas:
-        return _hold("rollout-finished", "RolloutInProgress",
+        return _hold("rollout-finished", DecisionReason.ROLLOUT_IN_PROGRESS,
                      "old pods still serve beside the new layout's; the scale-down waits for the rollout")
     if ctx.proposed.replicas > ctx.applied.replicas and ctx.applied.replicas >= _rollout_room(ctx, ctx.applied):
-        return _hold("rollout-finished", "RolloutInProgress",
+        return _hold("rollout-finished", DecisionReason.ROLLOUT_IN_PROGRESS,
                      f"the pool has no room for a surge pod past {ctx.applied.replicas} replica(s) until the "
                      f"rollout ends")
     return _ok("rollout-finished")
@@ -139,8 +150,8 @@ def check_rollout_finished(ctx: _Context) -> Check:
 
 def _rollout_room(ctx: _Context, layout: Layout) -> int:
     """The most replicas of `layout` whose rollout surge pod still fits the pool."""
-    _, _, most, pool = ctx.plan.sizing
-    return most if pool is None else pool // layout.tensor_parallel_size - MAX_SURGE
+    most, pool = ctx.plan.sizing.replicas_max, ctx.plan.sizing.pool_gpus
+    return most if pool is None else pool // layout.tensor_parallel_size - ctx.state.rollout_surge
 
 
 def check_relayout_cooldown(ctx: _Context) -> Check:
@@ -148,25 +159,27 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
         return _ok("relayout-cooldown")
     waited = _since(ctx.state.last_relayout_at, ctx.now)
     if waited < ctx.rails.relayout_cooldown_s:
-        return _hold("relayout-cooldown", "RelayoutCooldown",
+        return _hold("relayout-cooldown", DecisionReason.RELAYOUT_COOLDOWN,
                      f"last re-layout {waited:.0f} s ago (cooldown {ctx.rails.relayout_cooldown_s:.0f} s)")
     return _ok("relayout-cooldown")
 
 
 def check_relayout_pays_back(ctx: _Context) -> Check:
-    """A re-layout restarts every replica: only worth it when the saving over the horizon beats
-    the GPU time burnt loading the model again."""
-    if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe:
+    """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
+    only worth it when what it saves over the horizon beats that (planner/rollout.py)."""
+    if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return _ok("relayout-payback")
     assert ctx.proposed is not None
     price_per_gpu_second = _price(ctx) / 3600.0
     baseline = ctx.current or ctx.applied
     saving = (baseline.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
-    restart = ctx.proposed.gpus * price_per_gpu_second * ctx.rails.model_load_seconds
+    restart = ctx.rollout.extra_gpu_seconds * price_per_gpu_second
     if saving <= restart:
-        return _hold("relayout-payback", "RelayoutNotWorthIt",
-                     f"saves ${saving:.2f} over {ctx.rails.relayout_horizon_s:.0f} s, restart costs ${restart:.2f}")
-    return _ok("relayout-payback", "RelayoutPaysBack", f"saves ${saving:.2f}, restart costs ${restart:.2f}")
+        return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
+                     f"saves ${saving:.2f} over {ctx.rails.relayout_horizon_s:.0f} s; the rollout costs "
+                     f"${restart:.2f} ({ctx.rollout.describe()})")
+    return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
+               f"saves ${saving:.2f}, the rollout costs ${restart:.2f}")
 
 
 def check_hysteresis(ctx: _Context) -> Check:
@@ -174,10 +187,10 @@ def check_hysteresis(ctx: _Context) -> Check:
         return _ok("hysteresis")
     delta = ctx.proposed.replicas - ctx.applied.replicas
     if delta == 0:
-        return _hold("hysteresis", "UpToDate", "the running layout is the plan")
+        return _hold("hysteresis", DecisionReason.UP_TO_DATE, "the running layout is the plan")
     urgent = ctx.applied_unsafe or (ctx.slo_missed and delta > 0)
     if abs(delta) < ctx.rails.hysteresis * ctx.applied.replicas and not urgent:
-        return _hold("hysteresis", "WithinHysteresis",
+        return _hold("hysteresis", DecisionReason.WITHIN_HYSTERESIS,
                      f"{delta:+d} replica(s) is within {ctx.rails.hysteresis:.0%} of {ctx.applied.replicas}")
     return _ok("hysteresis")
 
@@ -188,12 +201,12 @@ def check_scale_cooldowns(ctx: _Context) -> Check:
     if ctx.proposed.replicas > ctx.applied.replicas:
         waited = _since(ctx.state.last_scale_up_at, ctx.now)
         if waited < ctx.rails.scale_up_cooldown_s and not (ctx.applied_unsafe or ctx.slo_missed):
-            return _hold("scale-cooldown", "ScaleUpCooldown",
+            return _hold("scale-cooldown", DecisionReason.SCALE_UP_COOLDOWN,
                          f"last scale-up {waited:.0f} s ago (cooldown {ctx.rails.scale_up_cooldown_s:.0f} s)")
         return _ok("scale-cooldown")
     waited = min(_since(ctx.state.last_scale_down_at, ctx.now), _since(ctx.state.last_scale_up_at, ctx.now))
     if waited < ctx.rails.scale_down_cooldown_s:
-        return _hold("scale-cooldown", "ScaleDownCooldown",
+        return _hold("scale-cooldown", DecisionReason.SCALE_DOWN_COOLDOWN,
                      f"last scale change {waited:.0f} s ago (cooldown {ctx.rails.scale_down_cooldown_s:.0f} s)")
     return _ok("scale-cooldown")
 
@@ -212,15 +225,20 @@ def check_scale_down_stabilised(ctx: _Context) -> Check:
         return _ok("stabilisation")
     ceiling = _stabilisation_ceiling(ctx, ctx.proposed.replicas)
     if ceiling >= ctx.applied.replicas:
-        return _hold("stabilisation", "ScaleDownStabilizing",
+        return _hold("stabilisation", DecisionReason.SCALE_DOWN_STABILIZING,
                      f"{ceiling} replica(s) recommended within the last {stabilization_window(ctx.rails):.0f} s")
     return _ok("stabilisation")
 
 
 def _stabilisation_ceiling(ctx: _Context, proposed_replicas: int) -> int:
-    """The highest count recommended within the stabilisation window, this one included."""
+    """The highest count of the running shape recommended within the stabilisation window, this one
+    included. With no history yet (a first visit, or status lost) what runs counts as recommended now,
+    as the HPA seeds its window: nothing is released before a whole window of demand figures exists."""
     span = stabilization_window(ctx.rails)
-    return max([proposed_replicas, *(r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span)])
+    recent = [r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span]
+    if not ctx.state.recent_recommendations and ctx.applied is not None:
+        recent.append(ctx.applied.replicas)
+    return max([proposed_replicas, *recent])
 
 
 CHECKS: tuple[Callable[[_Context], Check], ...] = (
@@ -301,10 +319,13 @@ def _rolled(ctx: _Context, proposed: Layout) -> tuple[Layout, str]:
                    f"the best shape the pool can roll into while serving the demand (the plan's "
                    f"TP{chosen.tensor_parallel_size} max-num-seqs {chosen.max_num_seqs} cannot); {message}")
     rollout = ctx.rollout
-    if rollout is None or rollout.target.replicas <= proposed.replicas:
+    if rollout is None:
         return proposed, message
-    return rollout.target, (f"{message}; rolled out at {rollout.target.replicas} replica(s), so no running pod goes "
-                            f"before a new one is ready (the extra ones go once the rollout is over)")
+    message = f"{message}; {rollout.describe()}"
+    if rollout.target.replicas <= proposed.replicas:
+        return proposed, message
+    return rollout.target, (f"{message}; applied at {rollout.target.replicas} replica(s), so the old pods the demand "
+                            f"needs serve until new ones are ready (the extra ones go once the rollout is over)")
 
 
 def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
@@ -318,7 +339,8 @@ def _chain(ctx: _Context, checks: list[Check]) -> Decision | None:
         result = check(ctx)
         checks.append(result)
         if not result.passed:
-            action = Action.NONE if result.reason in ("UpToDate", "WithinHysteresis") else Action.HOLD
+            quiet = result.reason in (DecisionReason.UP_TO_DATE, DecisionReason.WITHIN_HYSTERESIS)
+            action = Action.NONE if quiet else Action.HOLD
             return Decision(action, None, ctx.plan.layout, result.reason, result.message, tuple(checks), ctx.now)
     return None
 
@@ -329,32 +351,35 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
     proposed, applied, rails = ctx.proposed, ctx.applied, ctx.rails
     assert proposed is not None and wanted is not None
     if applied is None:
-        return Decision(Action.RELAYOUT, proposed, proposed, "InitialLayout", ctx.plan.reason, tuple(checks), ctx.now)
+        return Decision(Action.RELAYOUT, proposed, proposed, DecisionReason.INITIAL_LAYOUT, ctx.plan.reason,
+                        tuple(checks), ctx.now)
     if not applied.same_shape(proposed):
-        reason = "CurrentLayoutUnsafe" if ctx.applied_unsafe else "CheaperLayout"
+        reason = DecisionReason.CURRENT_LAYOUT_UNSAFE if ctx.applied_unsafe else DecisionReason.CHEAPER_LAYOUT
         target, message = _rolled(ctx, proposed)
-        return Decision(Action.RELAYOUT, target, proposed, reason, message, tuple(checks), ctx.now)
+        return Decision(Action.RELAYOUT, target, proposed, reason, message, tuple(checks), ctx.now, ctx.rollout)
     target = _bounded_step(applied, proposed, rails.max_step_replicas)
     if ctx.state.rolling_out and target.replicas > applied.replicas:
         target = replace(target, replicas=min(target.replicas, _rollout_room(ctx, target)))
     limited = target.replicas != proposed.replicas
     if target.replicas > applied.replicas:
-        action, reason = Action.SCALE_UP, "SLOMissed" if ctx.slo_missed else "DemandRising"
+        action, reason = Action.SCALE_UP, DecisionReason.SLO_MISSED if ctx.slo_missed else DecisionReason.DEMAND_RISING
     else:
-        action, reason = Action.SCALE_DOWN, "DemandFalling"
+        action, reason = Action.SCALE_DOWN, DecisionReason.DEMAND_FALLING
     message = f"{applied.replicas} -> {target.replicas} replica(s)"
     if limited:
         message += f" (max step {rails.max_step_replicas}; the plan wants {proposed.replicas})"
     elif proposed.replicas > wanted.replicas:
         message += (f" (demand wants {wanted.replicas}; {proposed.replicas} were recommended within the last "
                     f"{stabilization_window(rails):.0f} s)")
-    return Decision(action, target, wanted, reason, message, tuple(checks), ctx.now)
+    return Decision(action, target, wanted, reason, message, tuple(checks), ctx.now,
+                    running_wanted=wanted.replicas)
 
 
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets
 # the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
-_RELAYOUT_HOLDS = ("RelayoutInProgress", "RelayoutCooldown", "RelayoutNotWorthIt", "RelayoutWouldDropCapacity",
-                   "NoFeasibleLayout")
+_RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_COOLDOWN,
+                   DecisionReason.RELAYOUT_NOT_WORTH_IT, DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
+                   DecisionReason.NO_FEASIBLE_LAYOUT)
 
 
 def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
@@ -364,7 +389,9 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     unsafe = _applied_unsafe(plan, applied, current, observation)
     proposed, rollout = plan.layout, None
     if applied is not None and proposed is not None and not applied.same_shape(proposed):
-        rollout = reachable(plan, applied, running_safe=not unsafe)
+        rollout = reachable(plan, applied, running_safe=not unsafe, keep=_kept(plan, state, applied, current, unsafe,
+                                                                                 guardrails, now),
+                            load_seconds=guardrails.model_load_seconds)
         if rollout is not None:
             proposed = rollout.planned
         elif unsafe and not _past_cliff(observation):
@@ -377,32 +404,50 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     held = _chain(ctx, checks)
     if held is None:
         return _act(ctx, checks)
+    trusted = held.checks[-1].name != "metrics" and ctx.current is not None
+    held = replace(held, running_wanted=ctx.current.replicas if trusted and ctx.current is not None else None)
     if held.reason not in _RELAYOUT_HOLDS or ctx.current is None or applied is None:
         return held
     fallback = replace(ctx, proposed=ctx.current)
-    if held.reason == "NoFeasibleLayout" and ctx.current.replicas <= applied.replicas:
+    if held.reason == DecisionReason.NO_FEASIBLE_LAYOUT and ctx.current.replicas <= applied.replicas:
         return held  # best effort adds capacity; it never removes it on a plan that failed
     scaled = _chain(fallback, checks) or _act(fallback, checks)
     if scaled.target is None:
         return held  # nothing to scale either: the held re-layout is the news
     shape = f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs}"
-    return replace(scaled, recommended=plan.layout,
+    return replace(scaled, recommended=plan.layout, running_wanted=ctx.current.replicas,
                    message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
+
+
+def _kept(plan: Plan, state: PlannerState, applied: Layout, current: Layout | None, unsafe: bool,
+          rails: Guardrails, now: float) -> int | None:
+    """Old pods a re-layout keeps serving until new ones replace them: what the demand wants of the
+    running shape, never below what the stabilisation window remembers. Every pod (None) when that
+    count cannot be trusted: the model no longer sizes the shape, or there is no demand figure."""
+    if unsafe or current is None or plan.sizing.demand_rps is None:
+        return None
+    span = stabilization_window(rails)
+    remembered = [r for t, r in state.recent_recommendations if now - t <= span]
+    if not state.recent_recommendations:
+        remembered.append(applied.replicas)
+    return max([current.replicas, *remembered])
 
 
 def next_state(state: PlannerState, decision: Decision, rails: Guardrails, applied: bool = True) -> PlannerState:
     """The state to persist after a decision; `applied=False` (Recommend mode) records only the
-    recommendation, so the guardrails keep judging what actually runs."""
-    recent = tuple((t, r) for t, r in state.recent_recommendations
-                   if decision.decided_at - t <= stabilization_window(rails))
-    if decision.recommended is not None:
-        recent += ((decision.decided_at, decision.recommended.replicas),)
+    recommendation, so the guardrails keep judging what actually runs. The stabilisation window
+    remembers what the demand wanted of the running shape; a re-layout starts it anew."""
+    now = decision.decided_at
+    recent = tuple((t, r) for t, r in state.recent_recommendations if now - t <= stabilization_window(rails))
+    if not state.recent_recommendations and state.applied is not None:
+        recent += ((now, state.applied.replicas),)  # the HPA's seed: what runs counts as recommended
+    if decision.running_wanted is not None:
+        recent += ((now, decision.running_wanted),)
     new = replace(state, recent_recommendations=recent)
     if not applied or decision.target is None:
         return new
-    now = decision.decided_at
     if decision.action is Action.RELAYOUT:
-        new = replace(new, last_relayout_at=now)
+        new = replace(new, last_relayout_at=now, recent_recommendations=((now, decision.target.replicas),))
     elif decision.action is Action.SCALE_UP:
         new = replace(new, last_scale_up_at=now)
     elif decision.action is Action.SCALE_DOWN:

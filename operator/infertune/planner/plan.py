@@ -18,6 +18,16 @@ from infertune.planner.types import Layout, PlanRequest
 
 
 @dataclass(frozen=True)
+class Sizing:
+    """What replica sizing used, so `Plan.sized()` can size any shape for the same demand."""
+
+    demand_rps: float | None = None  # with the demand headroom; None: no demand figure
+    replicas_min: int = 1
+    replicas_max: int = 64
+    pool_gpus: int | None = None
+
+
+@dataclass(frozen=True)
 class Plan:
     feasible: bool
     reason: str
@@ -30,9 +40,7 @@ class Plan:
     capacity_shortfall_gpus: int
     closest: Candidate | None  # when infeasible: the candidate that misses by the least
     decided_at: float
-    # What replica sizing used, so `sized()` can size any shape for the same demand.
-    # (demand with headroom, min replicas, max replicas, pool GPUs)
-    sizing: tuple[float | None, int, int, int | None] = (None, 1, 64, None)
+    sizing: Sizing = Sizing()
     # Every feasible shape sized for the demand, best first (the choice leads): where the guardrails
     # look when the choice cannot be reached from what runs without dropping capacity.
     ranked: tuple[Layout, ...] = ()
@@ -61,7 +69,8 @@ class Plan:
         if Verdict(int(table.verdict[row])) in _UNSAFE or (table.kv_fraction[row] > table.headroom_line
                                                            and not over_line):
             return None
-        demand, low, high, pool = self.sizing
+        demand, low, high, pool = (self.sizing.demand_rps, self.sizing.replicas_min, self.sizing.replicas_max,
+                                   self.sizing.pool_gpus)
         if pool is not None:
             high = min(high, pool // shape.tensor_parallel_size)
         rate = float(_rates(table, np.array([row]))[0])
@@ -162,9 +171,9 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
     )
 
 
-def _sizing(request: PlanRequest, demand: float | None) -> tuple[float | None, int, int, int | None]:
+def _sizing(request: PlanRequest, demand: float | None) -> Sizing:
     wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
-    return wanted, request.replicas_min, request.replicas_max, request.pool_gpus
+    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus)
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:

@@ -7,15 +7,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from infertune.model.catalog import GpuSpec, ModelProfile
-from infertune.model.fit import LinearFit
 from infertune.model.kv import CapacityAssumptions
+from infertune.model.perf import AnyFit
 from infertune.model.roofline import NapkinAssumptions
 from infertune.model.workload import Workload
 
 
 @dataclass(frozen=True)
 class SloTarget:
-    """Per-stream decode speed and TTFT are separate SLAs (seed 002): never one number."""
+    """Per-stream decode speed and TTFT are separate SLAs (docs/sources.md#separate-slas): never one number."""
 
     min_stream_tps: float | None = None
     max_ttft_seconds: float | None = None
@@ -60,7 +60,8 @@ class PlanRequest:
     guardrails: Guardrails = Guardrails()
     napkin: NapkinAssumptions = NapkinAssumptions()
     capacity: CapacityAssumptions = CapacityAssumptions()
-    fits: Mapping[int, LinearFit] = field(default_factory=dict)
+    # Per TP: live samples with their contexts, a physics fit, or a measured line (model/perf.py).
+    fits: Mapping[int, AnyFit] = field(default_factory=dict)
     measured_points: Mapping[int, tuple[float, float]] = field(default_factory=dict)
     observed_capacity_tokens: Mapping[int, float] = field(default_factory=dict)
 
@@ -77,6 +78,36 @@ class Layout:
 
     def same_shape(self, other: Layout) -> bool:
         return (self.tensor_parallel_size, self.max_num_seqs) == (other.tensor_parallel_size, other.max_num_seqs)
+
+
+class DecisionReason(StrEnum):
+    """Why the guardrails decided what they did: the reason of the one check that held a change, or
+    of the change made. Shared by status.decisions, Events and the decisions counter."""
+
+    CHEAPER_LAYOUT = "CheaperLayout"
+    CURRENT_LAYOUT_UNSAFE = "CurrentLayoutUnsafe"
+    DEMAND_FALLING = "DemandFalling"
+    DEMAND_RISING = "DemandRising"
+    INITIAL_LAYOUT = "InitialLayout"
+    METRICS_FRESH = "MetricsFresh"
+    METRICS_STALE = "MetricsStale"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    NO_DEMAND_FIGURE = "NoDemandFigure"
+    NO_FEASIBLE_LAYOUT = "NoFeasibleLayout"
+    PASSED = "Passed"
+    PLAN_FEASIBLE = "PlanFeasible"
+    RELAYOUT_COOLDOWN = "RelayoutCooldown"
+    RELAYOUT_IN_PROGRESS = "RelayoutInProgress"
+    RELAYOUT_NOT_WORTH_IT = "RelayoutNotWorthIt"
+    RELAYOUT_PAYS_BACK = "RelayoutPaysBack"
+    RELAYOUT_WOULD_DROP_CAPACITY = "RelayoutWouldDropCapacity"
+    ROLLOUT_IN_PROGRESS = "RolloutInProgress"
+    SLO_MISSED = "SLOMissed"
+    SCALE_DOWN_COOLDOWN = "ScaleDownCooldown"
+    SCALE_DOWN_STABILIZING = "ScaleDownStabilizing"
+    SCALE_UP_COOLDOWN = "ScaleUpCooldown"
+    UP_TO_DATE = "UpToDate"
+    WITHIN_HYSTERESIS = "WithinHysteresis"
 
 
 class Action(StrEnum):
@@ -99,3 +130,5 @@ class PlannerState:
     recent_recommendations: tuple[tuple[float, int], ...] = ()
     # Old pods still serve beside the applied shape's: read from the workload every cycle, not persisted.
     rolling_out: bool = False
+    # The maxSurge the workload rolls with: how many pods over its count a rollout holds at once.
+    rollout_surge: int = 1

@@ -1,8 +1,8 @@
 """From a resource to the planner's question: the effective spec (policy merged), the resolved model
 and GPU profiles, and a PlanRequest. Pure; the ConfigMap's text is fetched by the caller.
 
-It lives above the planner (not in api/) because it builds planner types, and the layers only import
-downward.
+It lives in the planner (not in api/) because it builds the planner's types, and the layers only
+import downward; the controller, the commands and the lab all resolve a resource through it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from infertune.api.policy import ServingPolicySpec, apply_policy
 from infertune.api.quantities import parse_decimal, parse_duration
 from infertune.api.spec import Architecture, InferenceDeploymentSpec
+from infertune.errors import SpecError
 from infertune.model import (
     CatalogError,
     GpuSpec,
@@ -26,15 +27,12 @@ from infertune.model import (
     workload_preset,
 )
 from infertune.model.catalog import validate_profile
-from infertune.planner import Plan, plan
+from infertune.planner.plan import Plan, plan
 from infertune.planner.types import Guardrails, Layout, PlanRequest, SloTarget
 
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 DEFAULT_KV_HEADROOM_PERCENT = 10
-
-
-class SpecError(ValueError):
-    """A spec that cannot be acted on; the message starts with the field path."""
+DEFAULT_BURST_HEADROOM_PERCENT = 15
 
 
 @dataclass(frozen=True)
@@ -160,6 +158,7 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
     hw = spec.hardware
     demand = spec.workload.expected_requests_per_second if spec.workload else None
     headroom = DEFAULT_KV_HEADROOM_PERCENT if t.kv_headroom_percent is None else t.kv_headroom_percent
+    burst = DEFAULT_BURST_HEADROOM_PERCENT if t.burst_headroom_percent is None else t.burst_headroom_percent
     return PlanRequest(
         model=model, gpu=gpu, workload=_workload(spec), slo=_slo(spec), tp_sizes=tp_sizes,
         concurrency_min=(conc.min if conc and conc.min else 1),
@@ -168,6 +167,7 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
         replicas_max=(reps.max if reps and reps.max else 64),
         pool_gpus=hw.pool_gpus,
         kv_headroom=headroom / 100,
+        demand_headroom=burst / 100,
         price_per_gpu_hour=None if hw.price_per_gpu_hour is None else parse_decimal(
             hw.price_per_gpu_hour, "spec.hardware.pricePerGpuHour"),
         demand_rps=None if demand is None else parse_decimal(
@@ -179,11 +179,7 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
 def resolve(spec: InferenceDeploymentSpec, policy: ServingPolicySpec | None = None,
             config_json: str | None = None) -> Resolved:
     """The effective spec and the planner's request; SpecError names the field that blocks it."""
-    try:
-        effective = apply_policy(spec, policy)
-    except ValueError as exc:
-        name = spec.policy_ref.name if spec.policy_ref else ""
-        raise SpecError(f"spec: does not combine with ServingPolicy {name}: {exc}") from None
+    effective = apply_policy(spec, policy)
     model, gpu = resolve_model(effective, config_json), resolve_gpu(effective)
     return Resolved(effective, model, gpu, build_request(effective, model, gpu))
 
