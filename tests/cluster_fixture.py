@@ -313,6 +313,10 @@ class Pod:
                 return int(p["containerPort"])
         raise AssertionError(f"pod {self.name} has no container port named {port!r}")
 
+    def has_port(self, port: int | str) -> bool:
+        return isinstance(port, int) or str(port).isdigit() or any(
+            p.get("name") == port for p in self.container.get("ports") or [])
+
     def probe(self, probe: Obj, timeout: float = 5.0) -> tuple[int, str]:
         """An httpGet probe as the kubelet runs it: from the node, to the pod's address."""
         get = probe["httpGet"]
@@ -415,17 +419,19 @@ class Kubelet:
             self._proxies.append(self._forward(address, int(port["port"]), service, target))
         return address
 
-    def endpoints(self, service: Obj) -> list[Pod]:
+    def endpoints(self, service: Obj, target: int | str) -> list[Pod]:
+        """Ready pods the selector matches that have the target port (a named port a pod lacks
+        leaves it out, as the endpoints controller does: the helm test pod carries the labels)."""
         selector = service["spec"].get("selector") or {}
         return [p for p in self.pods if p.namespace == service["metadata"]["namespace"]
-                and selector.items() <= p.labels.items() and p.ready()]
+                and selector.items() <= p.labels.items() and p.has_port(target) and p.ready()]
 
     def _forward(self, address: str, port: int, service: Obj, target: int | str) -> socketserver.BaseServer:
         kubelet = self
 
         class Pipe(socketserver.BaseRequestHandler):
             def handle(self) -> None:
-                ready = kubelet.endpoints(service)
+                ready = kubelet.endpoints(service, target)
                 if not ready:
                     return  # no endpoints: the connection is closed, as kube-proxy rejects it
                 pod = random.choice(ready)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import dataclasses
 import json
 import re
 import signal
@@ -39,8 +40,8 @@ import kmock._internal.parsing as kmock_parsing
 from infertune_lab.demo.cluster import NamingEmulator, seeded
 
 ALL_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
-# What a cluster running kube-prometheus-stack serves besides the built-ins; the chart's monitors and
-# rules need them. Cluster-scoped: False.
+# What a cluster running kube-prometheus-stack serves besides the built-ins (all namespaced); the
+# chart's monitors and rules need them.
 PROMETHEUS_OPERATOR_KINDS = (
     ("monitoring.coreos.com/v1/servicemonitors", "ServiceMonitor"),
     ("monitoring.coreos.com/v1/podmonitors", "PodMonitor"),
@@ -229,9 +230,13 @@ class ApiServer(NamingEmulator):
             return await self._admitted(request)
         user = self.tokens.get(request.headers.get("Authorization", "").removeprefix("Bearer ").strip())
         attrs = self._attributes(request)
+        creating = request.action == kmock.action.CREATE or self._is_apply_create(request)
+        # An apply that creates needs `create` as well as `patch`, as on a real API server.
+        needed = [attrs] if attrs is None or attrs.verb == "create" or not creating else \
+            [attrs, dataclasses.replace(attrs, verb="create")]
         if user is None:
             response = self._status(401, "Unauthorized", "Unauthorized")
-        elif attrs is not None and not user.is_admin and not self._allowed(user, attrs):
+        elif attrs is not None and not user.is_admin and not all(self._allowed(user, a) for a in needed if a):
             what = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
             response = self._status(403, "Forbidden", (
                 f'{what} is forbidden: User "{user.name}" cannot {attrs.verb} resource "{what}" '
@@ -245,7 +250,7 @@ class ApiServer(NamingEmulator):
             except Exception:
                 self._log(request, user, attrs, 500)
                 raise
-        self._log(request, user, attrs, response.status)
+        self._log(request, user, attrs, response.status, created=creating and response.status < 300)
         return response
 
     async def _admitted(self, request: Any) -> aiohttp.web.StreamResponse:
@@ -342,13 +347,14 @@ class ApiServer(NamingEmulator):
         return aiohttp.web.json_response({"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
                                           "message": message, "reason": reason, "code": code}, status=code)
 
-    def _log(self, request: Any, user: User | None, attrs: Attributes | None, code: int) -> None:
+    def _log(self, request: Any, user: User | None, attrs: Attributes | None, code: int,
+             created: bool = False) -> None:
         if self.audit is None:
             return
         raw = getattr(request, "_raw_request", None)  # kmock keeps aiohttp's request privately
         entry = {"time": time.time(), "user": None if user is None else user.name,
                  "source": None if raw is None else raw.remote, "method": str(request.method.value),
-                 "path": request.url.path_qs, "code": code}
+                 "path": request.url.path_qs, "code": code, "created": created}
         if attrs is not None:
             entry |= {"verb": attrs.verb, "group": attrs.group, "resource": attrs.resource,
                       "subresource": attrs.subresource, "namespace": attrs.namespace, "name": attrs.name}
