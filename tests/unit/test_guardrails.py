@@ -82,12 +82,17 @@ def test_small_changes_fall_within_hysteresis():
 
 
 def test_relayout_only_when_the_saving_beats_the_restart():
-    # TP8 c=16 costs more than TP4 c=8 for the same demand: a re-layout pays back within the hour. It
-    # rolls at the running count (no pod goes before its successor is ready); the plan is what stays.
-    p, d = run(3.0, PlannerState(applied=Layout(8, 16, 12)))
-    assert p.layout is not None and p.layout.replicas < 12
+    # TP8 c=16 costs more than TP4 c=8 for the same demand: a re-layout pays back within the hour, once
+    # a window of demand figures says how many TP8 pods the demand needs (none of them goes before its
+    # successor is ready); the plan is what stays.
+    running = Layout(8, 16, 12)
+    p, _ = run(3.0, PlannerState(applied=running))
+    needed = p.sized(running)
+    assert p.layout is not None and needed is not None and p.layout.gpus < needed.gpus < running.gpus
+    _, d = run(3.0, PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),)))
     assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
-    assert d.target == replace(p.layout, replicas=12) and d.recommended == p.layout
+    assert d.target == replace(p.layout, replicas=max(p.layout.replicas, needed.replicas))
+    assert d.recommended == p.layout
     # TP4 c=7 needs one replica more than c=8 for this demand: 4 GPUs saved for an hour do not pay for
     # restarting all of them, so the running shape only follows demand.
     _, d = run(3.0, PlannerState(applied=Layout(4, 7, 12)))
@@ -154,6 +159,12 @@ def test_preemptions_make_the_running_shape_unsafe():
                              preemption_rate=0.2)
     p, d = run(3.0, state, preempting)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe" and d.target == p.layout
+    # Streams decoding below the floor on a shape rolled in 900 s ago are mended by replicas and the
+    # fit the next cycles learn, not by a second restart within the cooldown (that flips between shapes).
+    slow = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
+                       mean_inter_token_seconds=1 / 18.0)
+    _, d = run(3.0, state, slow)
+    assert d.action is not Action.RELAYOUT and "RelayoutCooldown" in d.reason + d.message
 
 
 def test_a_missing_request_rate_holds_instead_of_falling_back_to_the_hint():

@@ -65,6 +65,8 @@ class _Context:
     slo_missed: bool = False
     # For a re-layout: how to roll into `proposed` keeping the demand served (None: no way within the pool).
     rollout: Rollout | None = None
+    # By the model, the running shape's working set crosses the KV headroom line.
+    over_line: bool = False
 
 
 def _ok(name: str, reason: Reason = DecisionReason.PASSED, message: str = "") -> Check:
@@ -155,7 +157,11 @@ def _rollout_room(ctx: _Context, layout: Layout) -> int:
 
 
 def check_relayout_cooldown(ctx: _Context) -> Check:
-    if not _is_relayout(ctx) or ctx.applied_unsafe:
+    """Re-layouts are spaced by the cooldown. Only a shape that holds more KV than its pool (by the model,
+    or the engine preempting) leaves within it: a stream decoding below the floor on a shape just
+    rolled in is mended by the next cycles' fit, not by restarting again (that flips between shapes,
+    a model load each way)."""
+    if not _is_relayout(ctx) or (ctx.applied_unsafe and (ctx.over_line or _past_cliff(ctx.observation))):
         return _ok("relayout-cooldown")
     waited = _since(ctx.state.last_relayout_at, ctx.now)
     if waited < ctx.rails.relayout_cooldown_s:
@@ -399,13 +405,18 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
             # and the engine does not report the cliff: the running shape stays, and keeps scaling.
             current, unsafe = plan.sized(applied, over_line=True), False
     ctx = _Context(plan, state, observation, guardrails, now, proposed, applied, unsafe,
-                   None if unsafe else current, _slo_missed(plan, observation), rollout)
+                   None if unsafe else current, _slo_missed(plan, observation), rollout,
+                   over_line=applied is not None and current is None)
     checks: list[Check] = []
     held = _chain(ctx, checks)
     if held is None:
         return _act(ctx, checks)
     trusted = held.checks[-1].name != "metrics" and ctx.current is not None
     held = replace(held, running_wanted=ctx.current.replicas if trusted and ctx.current is not None else None)
+    if held.reason == DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY:
+        room = _make_room(ctx, checks)
+        if room is not None:
+            return room
     if held.reason not in _RELAYOUT_HOLDS or ctx.current is None or applied is None:
         return held
     fallback = replace(ctx, proposed=ctx.current)
@@ -417,6 +428,42 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     shape = f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs}"
     return replace(scaled, recommended=plan.layout, running_wanted=ctx.current.replicas,
                    message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
+
+
+def _make_room(ctx: _Context, checks: list[Check]) -> Decision | None:
+    """Every cheaper shape needs more room than the pool has beside the old pods the demand's bursts
+    keep: the running shape first drops to what the demand needs now, so that the next cycle rolls the
+    cheaper shape in, all its new pods at once. A burst within that one model load meets less capacity;
+    in exchange the demand is served with fewer GPUs ever after, where waiting would keep the pool full
+    for good. Only once a whole stabilisation window of demand figures exists (so the new shape is sized
+    for the bursts that window saw), while the SLO is met, no rollout runs, and the saving beats the
+    rollout's cost."""
+    applied, plan, rails = ctx.applied, ctx.plan, ctx.rails
+    if applied is None or ctx.slo_missed or ctx.state.rolling_out or ctx.applied_unsafe:
+        return None
+    seen = [t for t, _ in ctx.state.recent_recommendations]
+    if not seen or ctx.now - min(seen) < stabilization_window(rails):
+        return None
+    needed_now = plan.sized(applied, now_only=True)
+    if needed_now is None or needed_now.replicas >= applied.replicas:
+        return None
+    rollout = reachable(plan, needed_now, running_safe=False, keep=needed_now.replicas,
+                        load_seconds=rails.model_load_seconds)
+    if rollout is None or rollout.waves > 1:
+        return None
+    price_per_gpu_second = _price(ctx) / 3600.0
+    baseline = ctx.current or applied
+    saving = (baseline.gpus - rollout.planned.gpus) * price_per_gpu_second * rails.relayout_horizon_s
+    if saving <= rollout.extra_gpu_seconds * price_per_gpu_second:
+        return None
+    new = rollout.planned
+    message = (f"{applied.replicas} -> {needed_now.replicas} replica(s) of TP{applied.tensor_parallel_size} "
+               f"max-num-seqs {applied.max_num_seqs}, what the demand needs now, to make room for TP"
+               f"{new.tensor_parallel_size} max-num-seqs {new.max_num_seqs} x{new.replicas}: it then "
+               f"{rollout.describe()}, and saves ${saving:.2f} over {rails.relayout_horizon_s:.0f} s; a burst "
+               f"within that load meets the smaller fleet")
+    return Decision(Action.SCALE_DOWN, needed_now, plan.layout, DecisionReason.MAKING_ROOM, message, tuple(checks),
+                    ctx.now)
 
 
 def _kept(plan: Plan, state: PlannerState, applied: Layout, current: Layout | None, unsafe: bool,
