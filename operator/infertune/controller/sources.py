@@ -119,12 +119,16 @@ def pod_targets(pods: Sequence[Mapping[str, Any]], ports: Mapping[Key, int]) -> 
 
 
 class SourceRegistry:
-    """One instance per distinct SourceSpec, rebuilt when the credentials it was built with change."""
+    """One instance per distinct SourceSpec, rebuilt when the credentials it was built with change.
+    `default_token` is the operator's own token for its default Prometheus (`--prometheus-token-secret`),
+    read like a resource's: through the API on every poll, a Secret that cannot be read a fault."""
 
-    def __init__(self, kube: KubeClient, default: MetricsSource | None = None, window: str = "1m") -> None:
+    def __init__(self, kube: KubeClient, default: MetricsSource | None = None, window: str = "1m",
+                 default_token: Ref | None = None) -> None:
         self.kube = kube
         self.default = default
         self.window = window
+        self.default_token = default_token
         self._built: dict[SourceSpec, tuple[str, MetricsSource]] = {}
         self._ca_dir = tempfile.TemporaryDirectory(prefix="infertune-ca-")
 
@@ -137,14 +141,18 @@ class SourceRegistry:
                 raise SourceUnavailable(MetricsFault.NOT_CONFIGURED,
                                         "no Prometheus: set spec.metrics.prometheus.url, or start the operator "
                                         "with --prometheus-url")
-            if spec.token is None and spec.ca is None:
+            if spec.token is None and spec.ca is None and self.default_token is None:
                 return self.default
             default_url = getattr(self.default, "url", None)
             if default_url is None:
                 raise SourceUnavailable(MetricsFault.NOT_CONFIGURED, "credentials given but no Prometheus URL")
-            spec = SourceSpec(spec.kind, default_url, spec.token, spec.ca, spec.timeout)
+            own = spec.token is None and self.default_token is not None
+            spec = SourceSpec(spec.kind, default_url, spec.token or self.default_token, spec.ca, spec.timeout)
+        else:
+            own = False
         where = "spec.metrics.prometheus"
-        token = None if spec.token is None else _read(self.kube, spec.token, f"{where}.bearerTokenSecretRef")
+        token_field = "--prometheus-token-secret" if own else f"{where}.bearerTokenSecretRef"
+        token = None if spec.token is None else _read(self.kube, spec.token, token_field)
         ca = None if spec.ca is None else _read(self.kube, spec.ca, f"{where} CA")
         fingerprint = hashlib.sha256(f"{token}\0{ca}".encode()).hexdigest()
         return self._cached(spec, fingerprint, lambda: self._prometheus(spec, token, ca, fingerprint))
