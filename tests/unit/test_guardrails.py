@@ -233,3 +233,25 @@ def test_no_scale_down_before_a_whole_window_of_demand_figures():
     d = decide(p, replace(state, recent_recommendations=((NOW, 10), (later - 100, 4))),
                Observation("ns", "kimi", sample_time=later - 5, available=True, arrival_rate=1.0), RAILS, later)
     assert d.action is Action.SCALE_DOWN and d.target is not None and d.target.replicas < 10
+
+
+def test_two_shapes_within_a_replica_do_not_trade_places():
+    """A re-layout must save more than the hysteresis share of the GPUs: otherwise every small move of
+    the demand or of the fit flips the plan between two near-equal shapes, a model load each time."""
+    p, _ = run(6.0, PlannerState())
+    assert p.layout is not None
+    close = Layout(p.layout.tensor_parallel_size, p.layout.max_num_seqs - 1, p.layout.replicas)
+    needed = p.sized(close)
+    assert needed is not None and 0 < needed.gpus - p.layout.gpus < 0.1 * needed.gpus
+    seen = PlannerState(applied=needed, recent_recommendations=((NOW - 5000, needed.replicas),))
+    # Over a day the saving would pay for the rollout; it is still under 10% of the GPUs.
+    day = replace(RAILS, relayout_horizon_s=86_400)
+    d = decide(p, seen, fresh(6.0), day, NOW)
+    assert d.action is not Action.RELAYOUT and "less than 10% saved" in d.reason + d.message
+    # A shape 20% dearer is left.
+    far = Layout(p.layout.tensor_parallel_size, p.layout.max_num_seqs - 2, p.layout.replicas)
+    far_needed = p.sized(far)
+    assert far_needed is not None and far_needed.gpus - p.layout.gpus >= 0.1 * far_needed.gpus
+    d = decide(p, replace(seen, applied=far_needed, recent_recommendations=((NOW - 5000, far_needed.replicas),)),
+               fresh(6.0), day, NOW)
+    assert d.action is Action.RELAYOUT

@@ -172,12 +172,18 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
 
 def check_relayout_pays_back(ctx: _Context) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
-    only worth it when what it saves over the horizon beats that (planner/rollout.py)."""
+    only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
+    saves more than the hysteresis share of the GPUs: two shapes within a replica of each other trade
+    places with every small change of the demand or the fit, and each trade is a model load."""
     if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return _ok("relayout-payback")
     assert ctx.proposed is not None
     price_per_gpu_second = _price(ctx) / 3600.0
     baseline = ctx.current or ctx.applied
+    if baseline.gpus - ctx.proposed.gpus < ctx.rails.hysteresis * baseline.gpus:
+        return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
+                     f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} needs "
+                     f"{ctx.proposed.gpus} GPUs against {baseline.gpus}: less than {ctx.rails.hysteresis:.0%} saved")
     saving = (baseline.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
     restart = ctx.rollout.extra_gpu_seconds * price_per_gpu_second
     if saving <= restart:
