@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV=${UV:-uv}
-PY=${PYTHON_VERSION:-3.12}
+PY=${PYTHON_VERSION:-3.11}
 common=(--universal --python-version "$PY" --generate-hashes --index-url https://pypi.org/simple
         --custom-compile-command "requirements/lock.sh" --quiet "$@")
 "$UV" pip compile pyproject.toml "${common[@]}" -o requirements/operator.lock

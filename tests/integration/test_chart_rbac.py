@@ -83,7 +83,7 @@ def test_ha_adds_cluster_peering_and_drops_pods_when_asked() -> None:
 def test_watch_namespaces_use_roles_and_keep_only_cluster_scoped_rules_cluster_wide() -> None:
     docs = render(scenario_values("namespaced"))
     (cluster_role,) = _operator_roles(docs, "ClusterRole")
-    assert _grants(cluster_role) == CLUSTER
+    assert _grants(cluster_role) == CLUSTER | {("", "namespaces"): ("list", "watch")}  # kopf follows them
     roles = _operator_roles(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["llm-prod", "llm-staging"]
     for role in roles:

@@ -82,18 +82,26 @@ def test_small_changes_fall_within_hysteresis():
 
 
 def test_relayout_only_when_the_saving_beats_the_restart():
-    # TP8 c=16 costs more than TP4 c=8 for the same demand: a re-layout pays back within the hour. It
-    # rolls at the running count (no pod goes before its successor is ready); the plan is what stays.
-    p, d = run(3.0, PlannerState(applied=Layout(8, 16, 12)))
-    assert p.layout is not None and p.layout.replicas < 12
+    # TP8 c=16 costs more than TP4 c=8 for the same demand: a re-layout pays back within the hour, once
+    # a window of demand figures says how many TP8 pods the demand needs (none of them goes before its
+    # successor is ready); the plan is what stays.
+    running = Layout(8, 16, 12)
+    p, _ = run(3.0, PlannerState(applied=running))
+    needed = p.sized(running)
+    assert p.layout is not None and needed is not None and p.layout.gpus < needed.gpus < running.gpus
+    _, d = run(3.0, PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),)))
     assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
-    assert d.target == replace(p.layout, replicas=12) and d.recommended == p.layout
+    assert d.target == replace(p.layout, replicas=max(p.layout.replicas, needed.replicas))
+    assert d.recommended == p.layout
     # TP4 c=7 needs one replica more than c=8 for this demand: 4 GPUs saved for an hour do not pay for
     # restarting all of them, so the running shape only follows demand.
     _, d = run(3.0, PlannerState(applied=Layout(4, 7, 12)))
     assert d.action is Action.HOLD and d.reason == "RelayoutNotWorthIt"
     # Within the re-layout cooldown the running shape only follows demand: 12 -> 8 TP8 replicas, 2 at a time.
-    _, d = run(3.0, PlannerState(applied=Layout(8, 16, 12), last_relayout_at=NOW - 900))
+    # (The stabilisation window has seen the demand: its history is older than the window.)
+    history = ((NOW - 5000, 8),)
+    _, d = run(3.0, PlannerState(applied=Layout(8, 16, 12), last_relayout_at=NOW - 900,
+                                 recent_recommendations=history))
     assert d.action is Action.SCALE_DOWN and d.target == Layout(8, 16, 10) and "RelayoutCooldown" in d.message
 
 
@@ -151,6 +159,12 @@ def test_preemptions_make_the_running_shape_unsafe():
                              preemption_rate=0.2)
     p, d = run(3.0, state, preempting)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe" and d.target == p.layout
+    # Streams decoding below the floor on a shape rolled in 900 s ago are mended by replicas and the
+    # fit the next cycles learn, not by a second restart within the cooldown (that flips between shapes).
+    slow = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
+                       mean_inter_token_seconds=1 / 18.0)
+    _, d = run(3.0, state, slow)
+    assert d.action is not Action.RELAYOUT and "RelayoutCooldown" in d.reason + d.message
 
 
 def test_a_missing_request_rate_holds_instead_of_falling_back_to_the_hint():
@@ -202,3 +216,42 @@ def test_a_scale_down_stops_at_the_highest_count_recommended_within_a_model_load
     old = PlannerState(applied=Layout(4, 8, 10), recent_recommendations=((NOW - 700, 8),))
     _, d = run(1.0, old)
     assert d.target == Layout(4, 8, 10 - RAILS.max_step_replicas)
+
+
+def test_no_scale_down_before_a_whole_window_of_demand_figures():
+    """A first visit (or a restart that lost status) has no history: what runs counts as recommended
+    now, as the HPA seeds its window, so a lull in the first minutes releases nothing."""
+    running = Layout(4, 8, 10)
+    state = PlannerState(applied=running)
+    _, d = run(1.0, state)
+    assert d.action is Action.HOLD and d.reason == "ScaleDownStabilizing"
+    state = next_state(state, d, RAILS)
+    assert state.recent_recommendations[0] == (NOW, 10)
+    # A whole window (the model load, 600 s) of figures that want fewer: then it goes.
+    later = NOW + 700
+    p = plan(request(1.0), Observation("ns", "kimi", sample_time=later - 5, available=True, arrival_rate=1.0), later)
+    d = decide(p, replace(state, recent_recommendations=((NOW, 10), (later - 100, 4))),
+               Observation("ns", "kimi", sample_time=later - 5, available=True, arrival_rate=1.0), RAILS, later)
+    assert d.action is Action.SCALE_DOWN and d.target is not None and d.target.replicas < 10
+
+
+def test_two_shapes_within_a_replica_do_not_trade_places():
+    """A re-layout must save more than the hysteresis share of the GPUs: otherwise every small move of
+    the demand or of the fit flips the plan between two near-equal shapes, a model load each time."""
+    p, _ = run(6.0, PlannerState())
+    assert p.layout is not None
+    close = Layout(p.layout.tensor_parallel_size, p.layout.max_num_seqs - 1, p.layout.replicas)
+    needed = p.sized(close)
+    assert needed is not None and 0 < needed.gpus - p.layout.gpus < 0.1 * needed.gpus
+    seen = PlannerState(applied=needed, recent_recommendations=((NOW - 5000, needed.replicas),))
+    # Over a day the saving would pay for the rollout; it is still under 10% of the GPUs.
+    day = replace(RAILS, relayout_horizon_s=86_400)
+    d = decide(p, seen, fresh(6.0), day, NOW)
+    assert d.action is not Action.RELAYOUT and "less than 10% saved" in d.reason + d.message
+    # A shape 20% dearer is left.
+    far = Layout(p.layout.tensor_parallel_size, p.layout.max_num_seqs - 2, p.layout.replicas)
+    far_needed = p.sized(far)
+    assert far_needed is not None and far_needed.gpus - p.layout.gpus >= 0.1 * far_needed.gpus
+    d = decide(p, replace(seen, applied=far_needed, recent_recommendations=((NOW - 5000, far_needed.replicas),)),
+               fresh(6.0), day, NOW)
+    assert d.action is Action.RELAYOUT

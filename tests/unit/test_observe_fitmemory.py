@@ -121,3 +121,14 @@ def test_memory_keeps_the_context_spread_too() -> None:
     memory.add(8, [FitSample(16.0, 0.0316, 1.0, 100.0 + i, 30_000.0) for i in range(500)])
     contexts = [s.context for s in memory.samples(8)]
     assert len(contexts) == 32 and contexts.count(120_000.0) == 4
+
+
+def test_the_planner_is_handed_a_new_sample_set_only_when_it_is_worth_a_refit() -> None:
+    """Every replica gives a window every poll; refitting on each would be most of a cycle's cost."""
+    memory = FitMemory()
+    memory.add(8, [FitSample(b, 0.0052 + 0.00165 * b, 1.0, 0.0, 80_000.0) for b in (4, 8, 12, 16, 20, 24)])
+    first = memory.fits()[8]
+    memory.add(8, [FitSample(10, 0.0052 + 0.00165 * 10, 1.0, 60.0, 80_000.0)])
+    assert memory.fits()[8] is first  # a minute of new windows: the same set, the cached fit
+    memory.add(8, [FitSample(12, 0.0052 + 0.00165 * 12, 1.0, 400.0, 80_000.0)])
+    assert memory.fits()[8] is not first and len(memory.fits()[8]) == 8

@@ -5,9 +5,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from infertune.api.observation import Observation
 from infertune.model import load_gpu, load_model, workload_preset
-from infertune.planner import Action, Guardrails, Layout, PlannerState, PlanRequest, SloTarget, decide, plan
+from infertune.planner import (
+    Action,
+    Guardrails,
+    Layout,
+    PlannerState,
+    PlanRequest,
+    SloTarget,
+    decide,
+    next_state,
+    plan,
+)
 from infertune.planner.rollout import peak_gpus, plan_rollout, reachable
 
 RAILS = Guardrails(model_load_seconds=600, relayout_cooldown_s=1800)
@@ -64,18 +77,27 @@ def test_an_unreachable_cheaper_layout_holds_and_the_running_shape_follows_deman
     d = decide(wants_tp8, PlannerState(applied=running), fresh(2.0), RAILS, NOW)
     assert d.action is not Action.RELAYOUT
     assert "RelayoutWouldDropCapacity" in d.reason + d.message
-    # In a pool with room for 12 TP8 pods the same re-layout goes ahead, at 12 until the roll is over.
+    # In a roomy pool, once a whole stabilisation window has seen the demand want 8 of the 12 TP4 pods,
+    # the same re-layout goes ahead: at 8 TP8 pods, all 8 started at once, until the roll is over.
     roomy = replace(wants_tp8, sizing=replace(wants_tp8.sizing, pool_gpus=256))
+    seen = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 8),))
+    d = decide(roomy, seen, fresh(2.0), RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.target == Layout(8, 21, 8) and d.recommended == tp8
+    assert d.rollout is not None and d.rollout.max_surge == 8 and d.rollout.waves == 1
+    assert "the old pods the demand needs serve until new ones are ready" in d.message
+    # With no such history (a first visit) every running pod is kept, so the rollout would hold 144
+    # GPUs for a load and 12 TP8 pods after it: more than an hour of the saving. It waits.
     d = decide(roomy, PlannerState(applied=running), fresh(2.0), RAILS, NOW)
-    assert d.action is Action.RELAYOUT and d.target == Layout(8, 21, 12) and d.recommended == tp8
-    assert "no running pod goes before a new one is ready" in d.message
+    assert d.action is not Action.RELAYOUT and d.reason == "RelayoutNotWorthIt"
 
 
 def test_no_scale_down_and_no_new_relayout_while_old_pods_still_serve():
     p = plan(request(1.0), fresh(1.0), NOW)
     assert p.layout is not None
     rolled = replace(p.layout, replicas=p.layout.replicas + 6)
-    state = PlannerState(applied=rolled, last_relayout_at=NOW - 3000, rolling_out=True)
+    # The re-layout 3000 s ago started the stabilisation window's history anew.
+    state = PlannerState(applied=rolled, last_relayout_at=NOW - 3000, rolling_out=True,
+                         recent_recommendations=((NOW - 3000, rolled.replicas),))
     d = decide(p, state, fresh(1.0), RAILS, NOW)
     assert d.action is Action.HOLD and d.reason == "RolloutInProgress"
     # Once the roll is over the extra replicas go.
@@ -114,3 +136,56 @@ def test_a_scale_up_mid_rollout_leaves_room_for_the_surge_pod():
     # Once the roll is over the pool is the limit again.
     d = decide(p, PlannerState(applied=replace(p.layout, replicas=13)), fresh(6.0), RAILS, NOW)
     assert d.action is Action.SCALE_UP and d.target == replace(p.layout, replicas=16)
+
+
+def test_the_surge_uses_the_room_the_pool_has():
+    # 8 TP8 pods fill a 64-GPU pool; the demand needs 3 of them, and the plan 6 TP4 pods. Old pods drop
+    # to 6 at once (48 GPUs), so 4 TP4 pods start beside them, then the last 2: two loads, not six.
+    rollout = plan_rollout(Layout(8, 17, 8), Layout(4, 24, 6), keep=3, pool_gpus=64, load_seconds=900)
+    assert rollout is not None and rollout.target == Layout(4, 24, 6) and rollout.kept == 6
+    assert rollout.max_surge == 4 and rollout.waves == 2 and rollout.duration_s == 1800
+    assert rollout.peak_gpus == 6 * 8 + 4 * 4 <= 64
+    # One pod at a time would have taken six loads; with every running pod kept the pool has no room at all.
+    assert plan_rollout(Layout(8, 17, 8), Layout(4, 24, 6), keep=None, pool_gpus=64) is None
+    # No pool bound: blue/green, every new pod at once.
+    free = plan_rollout(Layout(4, 9, 15), Layout(8, 24, 6), pool_gpus=None, load_seconds=900)
+    assert free is not None and free.max_surge == 15 and free.waves == 1
+
+
+def test_a_full_pool_rolls_into_a_cheaper_shape_once_the_demand_needs_fewer_pods():
+    """The held-out chat trace: the starting layout filled the pool with TP8 pods sized for a coding
+    hint, the traffic needed a fraction of it, and every re-layout was refused for want of room. Now
+    the running shape first drops to what the demand needs, which makes room, and the next cycle rolls
+    into the cheaper shape within the pool."""
+    p = plan(request(2.0), fresh(2.0), NOW)
+    assert p.layout is not None and p.layout.tensor_parallel_size == 4
+    running = Layout(8, 16, 8)  # 64 GPUs: the whole pool
+    needed = p.sized(running)
+    assert needed is not None and needed.replicas < 8
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    first = decide(p, state, fresh(2.0), RAILS, NOW)
+    assert first.action is Action.SCALE_DOWN and first.target == needed
+    state = next_state(state, first, RAILS)
+    later = NOW + 60
+    second = decide(plan(request(2.0), fresh(2.0), later), state, fresh(2.0), RAILS, later)
+    assert second.action is Action.RELAYOUT and second.rollout is not None
+    assert second.target is not None and second.target.tensor_parallel_size == 4
+    assert second.rollout.peak_gpus <= 64 and second.rollout.max_surge >= 2 and "wave" in second.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(demand=st.floats(0.05, 12.0), tp=st.sampled_from((4, 8)), seqs=st.integers(4, 40), replicas=st.integers(1, 16),
+       pool=st.sampled_from((16, 32, 48, 64)), remembered=st.lists(st.integers(1, 16), max_size=3),
+       rolling=st.booleans())
+def test_no_decision_ever_asks_for_more_gpus_than_the_pool(demand: float, tp: int, seqs: int, replicas: int,
+                                                            pool: int, remembered: list[int], rolling: bool) -> None:
+    replicas = max(1, min(replicas, pool // tp))
+    running = Layout(tp, seqs, replicas)
+    p = plan(request(demand, pool), fresh(demand), NOW)
+    state = PlannerState(applied=running, rolling_out=rolling,
+                         recent_recommendations=tuple((NOW - 100 * i, r) for i, r in enumerate(remembered)))
+    d = decide(p, state, fresh(demand), RAILS, NOW)
+    if d.target is not None:
+        assert d.target.gpus <= pool
+    if d.rollout is not None:
+        assert d.rollout.peak_gpus <= pool

@@ -55,6 +55,13 @@
   resources: ["customresourcedefinitions"]
   # kopf rescans the served resources when CRDs come and go.
   verbs: ["list", "watch"]
+{{- if .Values.operator.watchNamespaces }}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  # kopf follows the watched namespaces being created and deleted (names only, nothing inside them);
+  # refused, it retries for about a minute before it starts, and never sees a namespace made later.
+  verbs: ["list", "watch"]
+{{- end }}
 {{- if and .Values.operator.peering.enabled (not .Values.operator.watchNamespaces) }}
 - apiGroups: ["kopf.dev"]
   resources: ["clusterkopfpeerings"]

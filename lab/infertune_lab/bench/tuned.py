@@ -116,7 +116,8 @@ class TwinCluster(MemoryCluster):
         ready = [r for r in actuator.serving() if actuator.ready(r)]
         updated = [r for r in ready if (r.config.tp, r.config.max_num_seqs)
                    == (target.tensor_parallel_size, target.max_num_seqs)]
-        return WorkloadState(desired=target.replicas, ready=len(ready), updated=len(updated), layout=target)
+        return WorkloadState(desired=target.replicas, ready=len(ready), updated=len(updated), layout=target,
+                             max_surge=max(self.max_surge or 1, 1))
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> bool:
         before = len(self.applied)

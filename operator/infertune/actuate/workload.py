@@ -130,7 +130,7 @@ def _template(owner: Owner, layout: Layout, pod_spec: Obj) -> Obj:
         "spec": pod_spec}
 
 
-def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout) -> Obj:
+def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout, max_surge: int = 1) -> Obj:
     tp = layout.tensor_parallel_size
     container = _container(spec, layout, tp, engine_args(spec, layout), engine_command(spec))
     return _stamped({
@@ -138,8 +138,9 @@ def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout)
         "spec": {
             "replicas": layout.replicas,
             "selector": {"matchLabels": selector_labels(owner.name)},
-            # Never fewer serving replicas than now: a new layout comes up before an old one leaves.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            # Never fewer serving replicas than now: a new layout comes up before an old one leaves, as
+            # many at once as the planner found room for in the pool (planner/rollout.py).
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": max_surge}},
             "progressDeadlineSeconds": spec.engine.startup_seconds + 600,
             "template": _template(owner, layout, _pod_spec(spec, [container])),
         },
@@ -173,7 +174,7 @@ def _lws_commands(spec: InferenceDeploymentSpec, layout: Layout, nodes: int) -> 
 
 
 def make_leader_worker_set(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
-                           gpus_per_node: int) -> Obj:
+                           gpus_per_node: int, max_surge: int = 1) -> Obj:
     nodes = nodes_per_replica(layout.tensor_parallel_size, gpus_per_node)
     leader, worker = _lws_commands(spec, layout, nodes)
     return _stamped({
@@ -182,7 +183,7 @@ def make_leader_worker_set(owner: Owner, spec: InferenceDeploymentSpec, layout: 
             "replicas": layout.replicas,
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {"type": "RollingUpdate",
-                                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": 1}},
+                                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": max_surge}},
             "leaderWorkerTemplate": {
                 "size": nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
@@ -206,11 +207,11 @@ def make_service(owner: Owner, spec: InferenceDeploymentSpec, multi_node: bool) 
 
 
 def desired_objects(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
-                    gpus_per_node: int) -> list[Obj]:
+                    gpus_per_node: int, max_surge: int = 1) -> list[Obj]:
     """Everything the operator applies for one resource at one layout, workload first."""
     multi = workload_kind(layout, gpus_per_node) is WorkloadKind.LEADER_WORKER_SET
-    workload = (make_leader_worker_set(owner, spec, layout, gpus_per_node) if multi
-                else make_deployment(owner, spec, layout))
+    workload = (make_leader_worker_set(owner, spec, layout, gpus_per_node, max_surge) if multi
+                else make_deployment(owner, spec, layout, max_surge))
     return [workload, make_service(owner, spec, multi)]
 
 

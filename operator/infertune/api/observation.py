@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+# A queue is demand the fleet did not serve: it counts as the rate that would drain it in this time.
+BACKLOG_DRAIN_SECONDS = 60.0
+
 
 class MetricsFault(StrEnum):
     """Why an observation is not trusted. The values double as condition reasons."""
@@ -87,6 +90,15 @@ class Observation:
     kv_capacity_tokens: int | None = None  # per replica
     # (running batch, seconds per pass, tokens per running stream; 0 when the KV figures are missing)
     fit_samples: tuple[tuple[float, float, float], ...] = field(default=())
+
+    @property
+    def demand_rate(self) -> float | None:
+        """Requests/s the fleet is asked for: the arrival rate, plus the waiting queue as the rate that
+        would drain it in BACKLOG_DRAIN_SECONDS (the first-token rate saturates at what the fleet
+        serves, so the queue is demand it did not serve). None without an arrival rate."""
+        if not self.available or self.arrival_rate is None:
+            return None
+        return max(self.arrival_rate, 0.0) + max(self.waiting or 0.0, 0.0) / BACKLOG_DRAIN_SECONDS
 
     @property
     def stream_tps(self) -> float | None:

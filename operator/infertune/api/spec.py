@@ -313,6 +313,9 @@ class Tuning(ApiModel):
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
     kv_headroom_percent: int | None = Field(default=None, ge=0, le=90)
+    burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=(
+        "Capacity kept spare above the measured demand when replicas are sized, for bursts faster than a "
+        "model load; the GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
     hysteresis_percent: Percent | None = None
     max_replica_step: int | None = Field(default=None, ge=1)
     interval: Duration = "30s"

@@ -37,6 +37,18 @@ class Predictions(ApiModel):
     region: str | None = None
 
 
+class DemandFigures(ApiModel):
+    """The demand replicas are sized for, one model load ahead (model/forecast.py), requests/s."""
+
+    current_rps: float | None = None
+    burst_rps: float | None = None
+    trend_rps: float | None = None
+    seasonal_rps: float | None = None
+    sized_rps: float | None = Field(default=None, description="The largest of the four: what replicas serve.")
+    driven_by: str | None = None
+    horizon_seconds: float | None = Field(default=None, description="One model load.")
+
+
 class Recommendation(ApiModel):
     tensor_parallel_size: int | None = None
     max_num_seqs: int | None = None
@@ -47,6 +59,10 @@ class Recommendation(ApiModel):
     predictions: Predictions = Field(default_factory=Predictions)
     needed_gpus: int | None = None
     capacity_shortfall_gpus: int | None = None
+    demand: DemandFigures | None = None
+    burst_headroom_gpus: int | None = Field(default=None, description=(
+        "GPUs the burst headroom (spec.tuning.burstHeadroomPercent) holds above the sized demand: its cost "
+        "in GPU-hours per hour."))
 
 
 class ObservedFigures(ApiModel):
@@ -86,6 +102,17 @@ class FitSamples(ApiModel):
     layouts: dict[str, list[list[float]]] = Field(default_factory=dict)
 
 
+class DemandProfile(ApiModel):
+    """The demand learnt by hour of the day and day of the week (UTC, requests/s), with the samples
+    behind each, so a restarted operator forecasts a season it has already seen."""
+
+    daily: list[float] = Field(default_factory=list, max_length=24)
+    daily_samples: list[int] = Field(default_factory=list, max_length=24)
+    weekly: list[float] = Field(default_factory=list, max_length=7)
+    weekly_samples: list[int] = Field(default_factory=list, max_length=7)
+    updated_at: str | None = None
+
+
 class DecisionRecord(ApiModel):
     time: str
     action: str
@@ -121,6 +148,7 @@ class InferenceDeploymentStatus(ApiModel):
     observed: ObservedFigures | None = None
     fit: FittedModel | None = None
     fit_samples: FitSamples | None = None
+    demand_profile: DemandProfile | None = None
     decisions: list[DecisionRecord] = Field(default_factory=list, max_length=10)
     guardrails: GuardrailMemory | None = None
     policy: PolicySnapshot | None = None

@@ -1,11 +1,19 @@
 """`infertune run`: starts the operator (kubeconfig or in-cluster), with one Prometheus poller for
-every InferenceDeployment, /metrics for the operator itself, a liveness endpoint and kopf peering."""
+every InferenceDeployment, /metrics for the operator itself, a liveness endpoint, and either kopf
+peering (`--peering NAME`: only one replica acts) or none. These are the flags the Helm chart's
+Deployment and the image's CMD pass (charts/infertune/templates/deployment.yaml, Dockerfile)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import math
+import os
+import re
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -16,50 +24,147 @@ from infertune.controller import OperatorContext, build_registry
 from infertune.errors import UserError
 from infertune.observe.http import AllowList
 
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), format="%(message)s")
-    structlog.configure(processors=[
-        structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso"), structlog.processors.JSONRenderer(),
-    ])
+# Where a pod's own namespace is when the downward API did not set POD_NAMESPACE.
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("run", help="run the operator against the cluster in KUBECONFIG or in-cluster")
+    parser.add_argument("--namespace", action="append", default=[], metavar="NS",
+                        help="watch only this namespace; repeat for more (default: every namespace)")
+    peering = parser.add_mutually_exclusive_group()
+    peering.add_argument("--peering", metavar="NAME",
+                         help="coordinate replicas through the KopfPeering (with --namespace) or ClusterKopfPeering "
+                              "NAME, which must exist: one replica acts, the others stand by")
+    peering.add_argument("--standalone", action="store_true", help="no peering, a single replica (the default)")
+    parser.add_argument("--priority", type=int,
+                        help="peering priority, highest acts (default: the replica that started first acts)")
     parser.add_argument("--prometheus-url", help="Prometheus for every resource without its own metrics.url")
     parser.add_argument("--allowed-prometheus-url", action="append", default=[], metavar="URL",
                         help="a URL prefix resources may name in spec.metrics.prometheus.url; repeat for more "
                              "(default: any URL)")
+    parser.add_argument("--prometheus-token-secret", metavar="NAME",
+                        help="Secret in the operator's own namespace (POD_NAMESPACE) holding the bearer token for "
+                             "--prometheus-url; read on every poll, so a rotated token is picked up")
+    parser.add_argument("--prometheus-token-key", default="token", metavar="KEY",
+                        help="key of the token in that Secret")
     parser.add_argument("--cycle-seconds", type=float, default=30.0, help="tuning timer interval")
     parser.add_argument("--poll-seconds", type=float, default=15.0, help="metrics poll interval")
     parser.add_argument("--metrics-window", default="1m",
                         help="PromQL range for rates and quantiles (at least 4x Prometheus' scrape interval)")
     parser.add_argument("--metrics-port", type=int, default=9090, help="the operator's own /metrics (0: off)")
     parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
-    parser.add_argument("--standalone", action="store_true", help="no peering (a single replica)")
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-format", choices=("json", "plain"), default="json",
+                        help="json: one object per line, for log shippers; plain: for people")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    parser.add_argument("--verbose", action="store_true", help="debug logs (same as --log-level=debug)")
     parser.set_defaults(func=handle)
 
 
-def handle(args: argparse.Namespace) -> int:
-    if args.cycle_seconds <= 0 or args.poll_seconds <= 0:
+def _checked(args: argparse.Namespace) -> None:
+    """Every flag is checked before anything starts: one line naming the bad value, nothing changed."""
+    if not (args.cycle_seconds > 0 and args.poll_seconds > 0) or not all(
+            map(_finite, (args.cycle_seconds, args.poll_seconds))):
         raise UserError("--cycle-seconds and --poll-seconds must be positive")
-    _configure_logging(args.log_level)
+    if not 0 <= args.metrics_port <= 65535:
+        raise UserError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
+    for ns in args.namespace:
+        if not _DNS_LABEL.fullmatch(ns):
+            raise UserError(f"--namespace {ns!r} is not a namespace name (lower-case DNS label)")
+    if args.peering is not None and not _DNS_SUBDOMAIN.fullmatch(args.peering):
+        raise UserError(f"--peering {args.peering!r} is not an object name (lower-case DNS subdomain)")
+    if args.priority is not None and args.peering is None:
+        raise UserError("--priority needs --peering")
+    if args.prometheus_token_secret is not None:
+        if not args.prometheus_url:
+            raise UserError("--prometheus-token-secret needs --prometheus-url (the token is for that Prometheus)")
+        if not _DNS_SUBDOMAIN.fullmatch(args.prometheus_token_secret):
+            raise UserError(f"--prometheus-token-secret {args.prometheus_token_secret!r} is not a Secret name")
+        if not _SECRET_KEY.fullmatch(args.prometheus_token_key):
+            raise UserError(f"--prometheus-token-key {args.prometheus_token_key!r} is not a Secret key")
+
+
+def _finite(x: float) -> bool:
+    return math.isfinite(x)
+
+
+def own_namespace() -> str:
+    """The namespace the operator runs in: the chart sets POD_NAMESPACE from the downward API."""
+    found = os.environ.get("POD_NAMESPACE", "").strip()
+    if not found and SERVICE_ACCOUNT_NAMESPACE.is_file():
+        found = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    if not found:
+        raise UserError("--prometheus-token-secret: the Secret is read from the operator's own namespace; "
+                         "set POD_NAMESPACE (the Helm chart does)")
+    return found
+
+
+def default_priority(now_ns: int | None = None) -> int:
+    """Higher acts. Earlier start -> higher, so a replica that starts later (a rolling update's new pod,
+    a restarted pod) stands by instead of taking over from one that is working; microseconds make
+    two replicas with equal priority (which kopf pauses both of) practically impossible."""
+    return -((time.time_ns() if now_ns is None else now_ns) // 1000)
+
+
+def configure_logging(log_format: str, level: str) -> None:
+    """kopf's records and ours, one format on stderr: JSON lines, or kopf's text and structlog's console."""
+    number = getattr(logging, level.upper())
+    kopf.configure(verbose=number <= logging.DEBUG,
+                   log_format=kopf.LogFormat.JSON if log_format == "json" else kopf.LogFormat.FULL)
+    logging.getLogger().setLevel(number)
+    renderer: Any = (structlog.processors.JSONRenderer() if log_format == "json"
+                     else structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
+                    structlog.processors.TimeStamper(fmt="iso"), renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(number),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
+def _cluster_client() -> Any:
+    """The API client (in-cluster, else the kubeconfig), or one line saying why there is none."""
+    import kubernetes.config
+
+    try:
+        return client_from_environment()
+    except (kubernetes.config.ConfigException, OSError) as exc:
+        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise UserError(f"no cluster to run against: not in a pod, and the kubeconfig ({where}) "
+                         f"does not load: {exc}") from None
+
+
+def handle(args: argparse.Namespace) -> int:
+    _checked(args)
+    token = None if args.prometheus_token_secret is None else (
+        "Secret", own_namespace(), args.prometheus_token_secret, args.prometheus_token_key)
+    configure_logging(args.log_format, "debug" if args.verbose else args.log_level)
     allowed = AllowList.parse(args.allowed_prometheus_url)
     source = None
     if args.prometheus_url:
         from infertune.observe import PrometheusSource
 
         source = PrometheusSource(args.prometheus_url, window=args.metrics_window)
-    ctx = OperatorContext(kube=client_from_environment(), source=source, poll_seconds=args.poll_seconds,
+    ctx = OperatorContext(kube=_cluster_client(), source=source, poll_seconds=args.poll_seconds,
                           cycle_seconds=args.cycle_seconds, metrics_window=args.metrics_window,
-                          allowed_urls=allowed)
+                          default_token=token, allowed_urls=allowed)
     if args.metrics_port:
-        ctx.telemetry.serve(args.metrics_port)
+        try:
+            ctx.telemetry.serve(args.metrics_port)
+        except OSError as exc:
+            raise UserError(f"--metrics-port {args.metrics_port}: cannot listen: {exc.strerror}") from None
     registry = build_registry(args.cycle_seconds)
     kopf.on.login(registry=registry)(kopf.login_via_client)
-    asyncio.run(kopf.operator(registry=registry, clusterwide=True, standalone=args.standalone,
-                              peering_name="infertune", liveness_endpoint=args.liveness,
-                              memo=kopf.Memo(ctx=ctx)))
+    peering: dict[str, Any] = {"standalone": True}
+    if args.peering is not None:
+        peering = {"standalone": False, "peering_name": args.peering,
+                   "priority": default_priority() if args.priority is None else args.priority}
+    # The peering record names the pod (kopf reads POD_ID; the chart sets POD_NAME).
+    identity: Any = os.environ.get("POD_NAME") or None  # kopf's Identity is a NewType of str
+    asyncio.run(kopf.operator(registry=registry, clusterwide=not args.namespace, namespaces=args.namespace,
+                              liveness_endpoint=args.liveness, memo=kopf.Memo(ctx=ctx), identity=identity,
+                              **peering))
     return 0

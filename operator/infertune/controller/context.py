@@ -13,7 +13,7 @@ from infertune.controller.hub import MetricsHub
 from infertune.controller.kube import KubeCluster
 from infertune.controller.poller import Poller
 from infertune.controller.reconciler import Reconciler
-from infertune.controller.sources import SourceRegistry
+from infertune.controller.sources import Ref, SourceRegistry
 from infertune.controller.telemetry import Telemetry
 from infertune.observe.http import AllowList
 from infertune.observe.snapshot import MetricsSource
@@ -28,13 +28,14 @@ class OperatorContext:
     clock: Callable[[], float] = time.time
     telemetry: Telemetry = field(default_factory=Telemetry)
     metrics_window: str = "1m"
+    default_token: Ref | None = None  # (kind, namespace, name, key) of the default Prometheus' token
     hub: MetricsHub = field(default_factory=MetricsHub)
     # Where resources may point the operator (`--allowed-prometheus-url`); empty: anywhere.
     allowed_urls: AllowList = field(default_factory=AllowList)
 
     def __post_init__(self) -> None:
         self.cluster = KubeCluster(self.kube)
-        self.poller = Poller(self.kube, self.hub,
-                             SourceRegistry(self.kube, self.source, self.metrics_window, self.allowed_urls),
-                             self.clock, self.poll_seconds)
+        sources = SourceRegistry(self.kube, self.source, self.metrics_window, self.default_token,
+                                 self.allowed_urls)
+        self.poller = Poller(self.kube, self.hub, sources, self.clock, self.poll_seconds)
         self.reconciler = Reconciler(self.cluster, self.hub, self.clock, self.telemetry)

@@ -19,6 +19,7 @@ from infertune.api.observation import MetricsFault, Observation
 from infertune.api.spec import TuningMode
 from infertune.controller import status as st
 from infertune.model.early_warning import CliffWarning
+from infertune.model.forecast import DemandPoint, SeasonalProfile, outlook
 from infertune.model.perf import AnyFit, PerformanceModel
 from infertune.planner import Decision, Plan, decide, next_state, plan
 from infertune.planner.request import Resolved, pinned
@@ -45,6 +46,9 @@ class CycleInput:
     warning: CliffWarning | None = None  # the cliff early warning from the pressure history
     workload: st.WorkloadState | None = None  # the owned workload's rollout, for Ready
     fit_samples: Mapping[str, Any] | None = None  # FitMemory.to_status(), kept across restarts
+    demand_points: tuple[DemandPoint, ...] = ()  # the demand each recent poll saw (the hub's)
+    profile: SeasonalProfile | None = None  # the demand learnt by hour and day
+    profile_status: Mapping[str, Any] | None = None  # written to status when given (not every cycle)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class CycleOutcome:
     plan: Plan
     decision: Decision
     apply: Layout | None  # the layout to apply now (Auto mode only), None to leave the workload be
+    max_surge: int  # the rollout strategy to render it with
     action: Action  # what the operator did: the decision's action, or Hold when the mode held it
     reason: OutcomeReason
     status: dict[str, Any]
@@ -96,8 +101,13 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     request = inp.resolved.request
     if inp.fits:
         request = replace(request, fits=dict(inp.fits))
-    state = replace(st.state_from_status(inp.status), rolling_out=inp.workload is not None and inp.workload.mid_rollout)
-    the_plan = plan(request, inp.observation, inp.now)
+    workload = inp.workload
+    state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
+                    rollout_surge=1 if workload is None else workload.max_surge)
+    current = None if inp.observation is None else inp.observation.demand_rate
+    look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
+                                                request.guardrails.model_load_seconds)
+    the_plan = plan(request, inp.observation, inp.now, look)
     decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)
     mode = _mode_action(inp, decision)
     target = mode.target
@@ -123,7 +133,7 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     conditions = merge_conditions(old, updates, st.iso(inp.now), inp.generation)
     fields: dict[str, Any] = {
         "conditions": [c.wire() for c in conditions], "observedGeneration": inp.generation,
-        "selector": selector_string(inp.name), "recommendation": st.recommendation(the_plan, decision),
+        "selector": selector_string(inp.name), "recommendation": st.recommendation(the_plan, decision, look),
         "observed": st.observed(obs, slo, inp.warning),
         "decisions": st.log_decision(list(inp.status.get("decisions", [])), inp.now, mode.action, mode.reason,
                                      mode.message),
@@ -141,9 +151,12 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
         fields["fit"] = fit
     if inp.fit_samples:
         fields["fitSamples"] = dict(inp.fit_samples)
+    if inp.profile_status:
+        fields["demandProfile"] = dict(inp.profile_status)
     events = _condition_events(old, conditions)
     if target is not None:
         events.append(("Normal", mode.reason, f"applying TP{target.tensor_parallel_size} max-num-seqs "
                                               f"{target.max_num_seqs} x{target.replicas}: {mode.message}"))
-    return CycleOutcome(the_plan, decision, target, mode.action, mode.reason, st.wire_status(fields),
+    surge = decision.rollout.max_surge if decision.rollout is not None and target is not None else state.rollout_surge
+    return CycleOutcome(the_plan, decision, target, surge, mode.action, mode.reason, st.wire_status(fields),
                         tuple(events))

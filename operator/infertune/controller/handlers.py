@@ -93,7 +93,8 @@ def build_registry(cycle_seconds: float = 30.0) -> kopf.OperatorRegistry:
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix="infertune.io", key="last-handled-configuration")
         settings.posting.level = logging.WARNING  # our own Events carry the reasons; not kopf's chatter
-        settings.peering.name = "infertune"
+        # No settings.peering.name here: `infertune run --peering NAME` sets it before startup, and a
+        # name set here would win over it.
         # Always: resources may name their own Prometheus, or the Pods source, without a default one.
         memo.poller = asyncio.create_task(memo.ctx.poller.run_forever())
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from infertune.api.observation import Observation
 from infertune.controller.sources import Route, SourceSpec
 from infertune.model.early_warning import CliffWarning, WarningPolicy
+from infertune.model.forecast import DemandPoint
 from infertune.observe.figures import Expected
 from infertune.observe.fitmemory import FitSample
 from infertune.observe.history import PressureHistory
@@ -92,6 +93,9 @@ class MetricsHub:
         if obs is None or not obs.available:
             return None
         return self.history.warning(key, now, obs.preemption_rate, WarningPolicy(headroom=headroom))
+
+    def demand_points(self, key: Key) -> tuple[DemandPoint, ...]:
+        return self.history.demand_points(key)
 
     def take_fit_samples(self, key: Key, since: float) -> list[FitSample]:
         """The samples found for `key` since its layout was applied; taken once."""

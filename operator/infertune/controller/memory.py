@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infertune.actuate.apply import ownership_conflict
-from infertune.actuate.workload import INPUT_HASH, WorkloadKind, layout_of_workload
+from infertune.actuate.workload import INPUT_HASH, WorkloadKind, layout_of_workload, max_surge_of
 from infertune.controller.status import WorkloadState, owner_uid
 from infertune.errors import OwnershipError
 
@@ -36,7 +36,7 @@ class MemoryCluster:
             return None
         ready = min(self.ready.get(key, layout.replicas), layout.replicas)
         return WorkloadState(desired=layout.replicas, ready=ready, updated=ready, layout=layout,
-                             owner=owner_uid(obj))
+                             max_surge=max(max_surge_of(obj) or 1, 1), owner=owner_uid(obj))
 
     def serving_policy(self, name: str) -> Mapping[str, Any] | None:
         return self.policies.get(name)

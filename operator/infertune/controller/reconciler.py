@@ -37,10 +37,19 @@ from infertune.api.spec import TuningMode, parse_spec
 from infertune.api.status import PolicySnapshot
 from infertune.controller.cycle import CycleInput, CycleOutcome, run_cycle
 from infertune.controller.sources import Route, route_of
-from infertune.controller.status import WorkloadState, applied_status, iso, layout_of, ready_condition
+from infertune.controller.status import (
+    WorkloadState,
+    applied_status,
+    iso,
+    layout_of,
+    profile_from_status,
+    profile_to_status,
+    ready_condition,
+)
 from infertune.controller.telemetry import Telemetry
 from infertune.errors import OwnershipError, PendingError, SpecError, StatusError
 from infertune.model.early_warning import CliffWarning
+from infertune.model.forecast import DemandPoint, SeasonalProfile
 from infertune.observe.figures import Expected, ReplicaLimits
 from infertune.observe.fitmemory import FitMemory, FitSample
 from infertune.observe.plausible import replica_limits
@@ -50,6 +59,8 @@ from infertune.planner.types import Layout
 Key = tuple[str, str]
 Obj = dict[str, Any]
 PAUSED = "infertune.io/paused"
+# How often the learnt demand profile is written to status.
+PROFILE_WRITE_SECONDS = 600.0
 # A timer fires every cycle_seconds; a resource's own interval is honoured to within this share, so
 # that timer jitter does not skip every other cycle.
 DUE_SHARE = 0.9
@@ -89,6 +100,8 @@ class Metrics(Protocol):
     def warning(self, key: Key, obs: Observation | None, headroom: float, now: float) -> CliffWarning | None: ...
 
     def take_fit_samples(self, key: Key, since: float) -> list[FitSample]: ...
+
+    def demand_points(self, key: Key) -> tuple[DemandPoint, ...]: ...
 
     def forget(self, key: Key) -> None: ...
 
@@ -168,6 +181,7 @@ class Reconciler:
         self.telemetry = telemetry or Telemetry()
         self.log = logger if logger is not None else log
         self._fit_memories: dict[Key, FitMemory] = {}
+        self._profiles: dict[Key, tuple[SeasonalProfile, float]] = {}  # the profile, when status last had it
         self._resolved: dict[Key, tuple[str, Resolved]] = {}
         self._last_cycle: dict[Key, float] = {}
         self._policies_seen: dict[Key, tuple[str, dict[str, Any]]] = {}
@@ -300,8 +314,10 @@ class Reconciler:
         layout = starting_layout(resolved, now)[0] if running is None else pinned(running, resolved.spec)
         changed = False
         if not held:
+            surge = 1 if workload is None else workload.max_surge
             try:
-                changed = self.cluster.apply(desired_objects(resource.owner, resolved.spec, layout, gpus_per_node))
+                changed = self.cluster.apply(desired_objects(resource.owner, resolved.spec, layout, gpus_per_node,
+                                                             surge))
             except OwnershipError as error:
                 self.conflict(resource, error, report)
                 raise
@@ -363,12 +379,15 @@ class Reconciler:
         if running is not None:
             status["applied"] = applied_status(running, gpus_per_node, str(
                 (resource.status.get("applied") or {}).get("appliedAt") or iso(now)))
+        profile, profile_status = self._profile(resource, obs, now)
         outcome = run_cycle(CycleInput(resource.namespace, resource.name, resource.generation, resource.paused,
                                        resolved, status, obs, memory.fits(), now, warning, workload,
-                                       memory.to_status()))
+                                       memory.to_status(), self.metrics.demand_points(key), profile,
+                                       profile_status))
         if outcome.apply is not None:
             try:
-                self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node))
+                self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node,
+                                                   outcome.max_surge))
             except OwnershipError as error:
                 self.conflict(resource, error, report)
                 return None
@@ -385,7 +404,7 @@ class Reconciler:
 
     def forget(self, key: Key) -> None:
         """The resource is gone: drop what was kept for it (the workload goes with its owner reference)."""
-        for store in (self._fit_memories, self._resolved, self._last_cycle, self._policies_seen,
+        for store in (self._fit_memories, self._profiles, self._resolved, self._last_cycle, self._policies_seen,
                       self._policy_states):
             store.pop(key, None)
         self.metrics.forget(key)
@@ -414,6 +433,23 @@ class Reconciler:
         if workload is not None and workload.layout is not None:
             return workload.layout
         return layout_of(resource.status.get("applied"))
+
+    def _profile(self, resource: Resource, obs: Observation | None,
+                 now: float) -> tuple[SeasonalProfile, Mapping[str, Any] | None]:
+        """The resource's demand profile with this cycle's demand learnt, rebuilt from status after a
+        restart; and its status form when the last write is PROFILE_WRITE_SECONDS old (a profile that
+        moves every cycle must not rewrite status every cycle)."""
+        kept = self._profiles.get(resource.key)
+        if kept is None:
+            raw = resource.status.get("demandProfile")
+            kept = (profile_from_status(raw), _timestamp((raw or {}).get("updatedAt")) if raw else 0.0)
+        profile, written = kept
+        demand = None if obs is None else obs.demand_rate
+        if demand is not None:
+            profile = profile.updated(now, demand)
+        due = not profile.empty and now - written >= PROFILE_WRITE_SECONDS
+        self._profiles[resource.key] = (profile, now if due else written)
+        return profile, profile_to_status(profile, now) if due else None
 
     def _due(self, key: Key, interval: float, now: float) -> bool:
         last = self._last_cycle.get(key)

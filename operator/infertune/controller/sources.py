@@ -136,15 +136,18 @@ def pod_targets(pods: Sequence[Mapping[str, Any]], ports: Mapping[Key, int]) -> 
 
 class SourceRegistry:
     """One instance per distinct SourceSpec, rebuilt when the credentials it was built with change.
+    `default_token` is the operator's own token for its default Prometheus (`--prometheus-token-secret`),
+    read like a resource's: through the API on every poll, a Secret that cannot be read a fault.
     `allowed` is the platform's allow-list for the URLs resources name (the operator's default
     Prometheus is the platform's own and is not checked). A replaced source is kept in `retired` until
     the poller closes it on its loop (`reap`)."""
 
     def __init__(self, kube: KubeClient, default: MetricsSource | None = None, window: str = "1m",
-                 allowed: AllowList | None = None) -> None:
+                 default_token: Ref | None = None, allowed: AllowList | None = None) -> None:
         self.kube = kube
         self.default = default
         self.window = window
+        self.default_token = default_token
         self.allowed = allowed or AllowList()
         self._built: dict[SourceSpec, tuple[str, MetricsSource]] = {}
         self.retired: list[MetricsSource] = []
@@ -160,16 +163,22 @@ class SourceRegistry:
                 raise SourceUnavailable(MetricsFault.NOT_CONFIGURED,
                                         "no Prometheus: set spec.metrics.prometheus.url, or start the operator "
                                         "with --prometheus-url")
-            if spec.token is None and spec.ca is None:
+            if spec.token is None and spec.ca is None and self.default_token is None:
                 return self.default
             default_url = getattr(self.default, "url", None)
             if default_url is None:
                 raise SourceUnavailable(MetricsFault.NOT_CONFIGURED, "credentials given but no Prometheus URL")
-            spec = SourceSpec(spec.kind, default_url, spec.token, spec.ca, spec.timeout, spec.allow_token_over_http)
+            own = spec.token is None and self.default_token is not None
+            # The platform's own token for its own Prometheus goes where the platform pointed it
+            # (--prometheus-url); a resource's token only over https unless the resource says otherwise.
+            spec = SourceSpec(spec.kind, default_url, spec.token or self.default_token, spec.ca, spec.timeout,
+                              spec.allow_token_over_http or own)
         else:
+            own = False
             self._check_allowed(spec.url)
         where = "spec.metrics.prometheus"
-        token = None if spec.token is None else _read(self.kube, spec.token, f"{where}.bearerTokenSecretRef")
+        token_field = "--prometheus-token-secret" if own else f"{where}.bearerTokenSecretRef"
+        token = None if spec.token is None else _read(self.kube, spec.token, token_field)
         ca = None if spec.ca is None else _read(self.kube, spec.ca, f"{where} CA")
         fingerprint = hashlib.sha256(f"{token}\0{ca}".encode()).hexdigest()
         return self._cached(spec, fingerprint, lambda: self._prometheus(spec, token, ca, fingerprint))

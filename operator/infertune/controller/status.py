@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from infertune.actuate.workload import layout_of_workload, workload_kind
+from infertune.actuate.workload import layout_of_workload, max_surge_of, workload_kind
 from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
 from infertune.api.status import MAX_DECISIONS, InferenceDeploymentStatus
 from infertune.model.early_warning import CliffReason, CliffWarning
+from infertune.model.forecast import DemandOutlook, SeasonalProfile
 from infertune.model.passfit import PassFit
 from infertune.planner import Decision, Plan, PlannerState
 from infertune.planner.types import Layout, SloTarget
@@ -85,6 +86,7 @@ class WorkloadState:
     # What the workload runs, read from its replicas and its pod template's layout annotations: the
     # truth the operator acts from, whatever its status last recorded.
     layout: Layout | None = None
+    max_surge: int = 1  # the rollout strategy it rolls with
     # The uid of the object that controls it ("" for none); None when the port does not say.
     owner: str | None = None
 
@@ -105,7 +107,8 @@ class WorkloadState:
         return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
                    updated=status.get("updatedReplicas"),
                    current=generation is None or seen is None or int(seen) >= int(generation),
-                   layout=layout_of_workload(dict(obj)), owner=owner_uid(obj))
+                   layout=layout_of_workload(dict(obj)), max_surge=max(max_surge_of(dict(obj)) or 1, 1),
+                   owner=owner_uid(obj))
 
 
 def owner_uid(obj: Mapping[str, Any]) -> str:
@@ -130,7 +133,38 @@ def ready_condition(workload: WorkloadState | None, applied: bool) -> ConditionU
     return ConditionUpdate(kind, "False", Reason.REPLICAS_NOT_READY.value, counts)
 
 
-def recommendation(plan: Plan, decision: Decision) -> dict[str, Any]:
+def demand_figures(outlook: DemandOutlook) -> dict[str, Any]:
+    figures = {"currentRps": _r(outlook.current), "burstRps": _r(outlook.burst), "trendRps": _r(outlook.trend),
+               "seasonalRps": _r(outlook.seasonal), "sizedRps": _r(outlook.sized), "drivenBy": outlook.driver,
+               "horizonSeconds": _r(outlook.horizon_s, 0)}
+    return {k: v for k, v in figures.items() if v is not None}
+
+
+def profile_to_status(profile: SeasonalProfile, now: float) -> dict[str, Any]:
+    return {"daily": [round(v, 4) for v in profile.daily], "dailySamples": list(profile.daily_samples),
+            "weekly": [round(v, 4) for v in profile.weekly], "weeklySamples": list(profile.weekly_samples),
+            "updatedAt": iso(now)}
+
+
+def profile_from_status(raw: Mapping[str, Any] | None) -> SeasonalProfile:
+    """The learnt profile kept in status; an empty one when there is none or it cannot be read."""
+    if not raw:
+        return SeasonalProfile()
+    try:
+        daily = tuple(float(v) for v in raw["daily"])
+        daily_n = tuple(int(v) for v in raw["dailySamples"])
+        weekly = tuple(float(v) for v in raw["weekly"])
+        weekly_n = tuple(int(v) for v in raw["weeklySamples"])
+    except (KeyError, TypeError, ValueError):
+        return SeasonalProfile()
+    values = (*daily, *weekly)
+    if (len(daily), len(daily_n), len(weekly), len(weekly_n)) != (24, 24, 7, 7) or not all(
+            math.isfinite(v) and v >= 0 for v in values) or min(*daily_n, *weekly_n) < 0:
+        return SeasonalProfile()
+    return SeasonalProfile(daily, daily_n, weekly, weekly_n)
+
+
+def recommendation(plan: Plan, decision: Decision, outlook: DemandOutlook | None = None) -> dict[str, Any]:
     layout, choice = plan.layout, plan.choice or plan.closest
     out: dict[str, Any] = {"feasible": plan.feasible, "reason": decision.reason, "message": plan.reason[:1000]}
     if layout is not None:
@@ -147,6 +181,9 @@ def recommendation(plan: Plan, decision: Decision) -> dict[str, Any]:
         out["predictions"] = {k: v for k, v in predictions.items() if v is not None}
     out["neededGpus"] = plan.needed_gpus
     out["capacityShortfallGpus"] = plan.capacity_shortfall_gpus
+    out["burstHeadroomGpus"] = plan.headroom_gpus
+    if outlook is not None:
+        out["demand"] = demand_figures(outlook)
     return out
 
 

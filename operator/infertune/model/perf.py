@@ -73,6 +73,12 @@ ORDER_LADDER = 512
 AnyFit = LinearFit | PassFit | SampleSet
 
 
+def _bucketed(context: float) -> float:
+    """The workload's context in steps of about 4%: it stands in only for samples without a context
+    of their own, and the fit cache must not miss because the observed mean moved by a token."""
+    return float(2.0 ** (round(math.log2(context) * 16) / 16)) if context > 0 else context
+
+
 @dataclass(frozen=True)
 class PassPrediction:
     seconds: float
@@ -167,6 +173,16 @@ class LayoutGrid:
         return out
 
     @property
+    def unmeasured(self) -> npt.NDArray[np.bool_]:
+        """Rows whose per-stream speed is judged at the interval's slow end: a fit beyond its samples, and
+        every row of a calibration carried from another TP (this TP never ran, and a floor missed there
+        costs a restart to mend). The bare napkin, with nothing measured anywhere, keeps its point: its
+        band would reject every layout before the first sample."""
+        if self.source == "calibrated-napkin":
+            return np.ones(self.concurrency.shape, dtype=bool)
+        return self.extrapolated
+
+    @property
     def kv_working_set_fraction(self) -> FloatArray:
         if self.kv_capacity_tokens <= 0:
             return np.full_like(self.concurrency, math.inf)
@@ -258,7 +274,8 @@ class PerformanceModel:
         try:
             if isinstance(given, LinearFit):
                 return fit_from_line(self.model, self.gpu, tp, given, self.decode_context_tokens, self.napkin)
-            return fit_from_samples(self.model, self.gpu, tp, given, self.decode_context_tokens, self.napkin)
+            return fit_from_samples(self.model, self.gpu, tp, given, _bucketed(self.decode_context_tokens),
+                                    self.napkin)
         except FitError:
             return None
 
@@ -361,6 +378,8 @@ class PerformanceModel:
         seconds = p.seconds
         if pessimistic and p.source == "fit":
             seconds = np.where(p.covers, p.seconds, p.high)
+        elif pessimistic and p.source == "calibrated-napkin":
+            seconds = p.high
         tps: FloatArray = 1.0 / seconds
         return tps
 

@@ -22,7 +22,9 @@ from infertune.errors import StatusError
 from infertune.model.fit import FitError, LinearFit, fit_per_pass
 from infertune.model.passfit import SampleSet
 
-STATUS_VERSION = 2  # rows gained the context; version 1 rows (no context) still load
+STATUS_VERSION = 2
+# How much newer a layout's samples must be before the planner refits it.
+REFIT_SECONDS = 300.0  # rows gained the context; version 1 rows (no context) still load
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class FitMemory:
         self.max_samples = max_samples
         self.min_samples = min_samples
         self._samples: dict[int, list[FitSample]] = {}
+        # What the planner was last handed per layout, and the samples added since: the physics fit is
+        # cached by content, so handing it a new set at every poll would refit every cycle.
+        self._published: dict[int, tuple[SampleSet, float]] = {}  # and its newest sample's time
 
     def add(self, tp: int, samples: Iterable[FitSample | tuple[float, ...]], now: float = 0.0) -> int:
         """Adds samples for layout `tp`; tuples are (batch, seconds[, context]) taken at `now`; returns how many."""
@@ -91,12 +96,23 @@ class FitMemory:
                          tuple(s.context for s in samples), tuple(s.weight for s in samples))
 
     def fits(self) -> dict[int, SampleSet]:
-        """Every layout with enough samples, for the planner's physics fit."""
+        """Every layout with enough samples, for the planner's physics fit. A layout's set is handed on
+        anew once its samples reach REFIT_SECONDS past the set handed on before, or grow by half: one
+        poll's windows move a fit of dozens by little, and a refit every cycle (every replica gives a
+        window a poll) is most of a cycle's cost."""
         out = {}
         for tp in self.layouts():
-            samples = self.sample_set(tp)
-            if samples is not None:
-                out[tp] = samples
+            bucket = self._samples[tp]
+            newest = max((s.time for s in bucket), default=0.0)
+            published = self._published.get(tp)
+            stale = published is None or newest - published[1] >= REFIT_SECONDS or len(bucket) >= 1.5 * len(
+                published[0])
+            if stale:
+                samples = self.sample_set(tp)
+                if samples is None:
+                    continue
+                self._published[tp] = (samples, newest)
+            out[tp] = self._published[tp][0]
         return out
 
     def fit(self, tp: int) -> LinearFit | None:

@@ -24,6 +24,7 @@ from infertune.model.early_warning import (
     cliff_warning,
     working_set_ratio,
 )
+from infertune.model.forecast import DemandPoint
 from infertune.observe.figures import DeploymentKey
 from infertune.observe.snapshot import Snapshot
 
@@ -61,14 +62,20 @@ def shape_point(obs: Observation) -> ShapePoint | None:
 
 
 _Timed = TypeVar("_Timed", PressurePoint, ShapePoint)
+DEMAND_POINTS = 360
 
 
 class PressureHistory:
-    def __init__(self, horizon_seconds: float = 900.0, max_points: int = 512) -> None:
+    def __init__(self, horizon_seconds: float = 900.0, max_points: int = 512,
+                 demand_horizon_seconds: float = 3 * 3600.0) -> None:
         self.horizon = horizon_seconds
         self.max_points = max_points
+        self.demand_horizon = demand_horizon_seconds
         self._points: dict[DeploymentKey, deque[PressurePoint]] = {}
         self._shapes: dict[DeploymentKey, deque[ShapePoint]] = {}
+        # The demand each poll saw, for the burst quantile and the trend (model/forecast.py): bounded in
+        # count (an hour and a half at 15 s polls) as well as in time.
+        self._demand: dict[DeploymentKey, deque[DemandPoint]] = {}
 
     def record(self, snapshot: Snapshot, resident_tokens: float = 0.0) -> None:
         """Adds every available observation; faulted ones add nothing (missing is not zero)."""
@@ -83,6 +90,9 @@ class PressureHistory:
             shape = shape_point(obs)
             if shape is not None:
                 self._keep(self._shapes.setdefault(key, deque(maxlen=self.max_points)), shape)
+            demand = obs.demand_rate
+            if demand is not None:
+                self._add_demand(key, obs.sample_time, demand)
 
     def _keep(self, recent: deque[_Timed], item: _Timed) -> None:
         """Appends `item` and drops what is older than the horizon before it."""
@@ -90,12 +100,23 @@ class PressureHistory:
         while recent and recent[0].time < item.time - self.horizon:
             recent.popleft()
 
+    def _add_demand(self, key: DeploymentKey, time: float, rate: float) -> None:
+        points = self._demand.setdefault(key, deque(maxlen=DEMAND_POINTS))
+        points.append(DemandPoint(time, rate))
+        while points and points[0].time < time - self.demand_horizon:
+            points.popleft()
+
+    def demand_points(self, key: DeploymentKey) -> tuple[DemandPoint, ...]:
+        """The demand each recent poll saw, oldest first."""
+        return tuple(self._demand.get(key, ()))
+
     def points(self, key: DeploymentKey) -> tuple[PressurePoint, ...]:
         return tuple(self._points.get(key, ()))
 
     def forget(self, key: DeploymentKey) -> None:
         self._points.pop(key, None)
         self._shapes.pop(key, None)
+        self._demand.pop(key, None)
 
     def settled(self, key: DeploymentKey, obs: Observation) -> Observation:
         """`obs` with its request shape averaged over the horizon (weighted by completions); as it

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model.catalog import GpuSpec, ModelProfile
 from infertune.observe.figures import DeploymentKey, ReplicaLimits
-from infertune.planner.plan import BACKLOG_DRAIN_SECONDS
 
 # Tokens one stream may gain per pass with speculative decoding: vLLM's n-gram and EAGLE drafts
 # propose up to a handful; this is well above any configuration seen.
@@ -50,14 +49,6 @@ def replica_limits(model: ModelProfile, gpu: GpuSpec, tp_sizes: Iterable[int], m
                          tokens=DRAFT_TOKENS_PER_PASS * max_num_seqs * passes)
 
 
-def demand(obs: Observation) -> float | None:
-    """Requests/s the fleet is asked for, as the planner reads it (planner/plan.py `observed_demand`):
-    first tokens, plus the queue as the rate that drains it."""
-    if obs.arrival_rate is None:
-        return None
-    return max(obs.arrival_rate, 0.0) + max(obs.waiting or 0.0, 0.0) / BACKLOG_DRAIN_SECONDS
-
-
 def _jumped(before: float, after: float, factor: float, floor: float) -> bool:
     """More than `factor` apart, counting anything under `floor` as `floor` (0.1 -> 2 req/s is no jump)."""
     low, high = sorted((max(before, floor), max(after, floor)))
@@ -77,7 +68,7 @@ class JumpGuard:
 
     def judge(self, key: DeploymentKey, obs: Observation) -> Observation:
         """`obs` as it is, or held as ImplausibleValue when its demand jumped and nothing confirms it."""
-        now = demand(obs) if obs.available else None
+        now = obs.demand_rate  # what the planner sizes for (None when unavailable or unknown)
         if now is None:
             return obs
         at = obs.sample_time

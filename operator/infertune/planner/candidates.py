@@ -135,7 +135,7 @@ class CandidateTable:
                     f"(cliff at c={grid.cliff_concurrency:.1f})")
         if v is Verdict.STREAM_TPS_BELOW_SLO:
             _, j = self._grid_of(i)
-            slow = " at the slow end of the fit's extrapolated interval" if grid.extrapolated[j] else ""
+            slow = " at the slow end of its interval (not measured there)" if grid.unmeasured[j] else ""
             return (f"StreamTPSBelowSLO: {float(self.tps_tail[i]):.1f} tok/s per stream in the longest batches"
                     f"{slow} (mean {tps:.1f}) < {self.min_stream_tps:g} tok/s")
         return f"TTFTAboveSLO: TTFT {ttft:.2f} s > {self.max_ttft_seconds:g} s"
@@ -167,7 +167,7 @@ class CandidateTable:
             per_pass_seconds=float(grid.per_pass_seconds[j]),
             per_pass_low_seconds=float(grid.per_pass_low[j]),
             per_pass_high_seconds=float(grid.per_pass_high[j]),
-            pessimistic=bool(grid.extrapolated[j]),
+            pessimistic=bool(grid.unmeasured[j]),
         )
 
     def rows(self) -> list[Candidate]:

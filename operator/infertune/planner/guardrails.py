@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.plan import Plan
-from infertune.planner.rollout import MAX_SURGE, Rollout, reachable
+from infertune.planner.rollout import Rollout, reachable
 from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState
 
 # A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
@@ -39,6 +39,11 @@ class Decision:
     message: str
     checks: tuple[Check, ...]
     decided_at: float
+    # A re-layout's rollout: its surge (what the workload renders), waves, duration and GPU-time.
+    rollout: Rollout | None = None
+    # What the demand wants of the running shape (with its burst headroom): what the scale-down
+    # stabilisation window remembers. None when the model no longer sizes that shape.
+    running_wanted: int | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ class _Context:
     slo_missed: bool = False
     # For a re-layout: how to roll into `proposed` keeping the demand served (None: no way within the pool).
     rollout: Rollout | None = None
+    # By the model, the running shape's working set crosses the KV headroom line.
+    over_line: bool = False
 
 
 def _ok(name: str, reason: Reason = DecisionReason.PASSED, message: str = "") -> Check:
@@ -122,8 +129,9 @@ def check_relayout_keeps_capacity(ctx: _Context) -> Check:
     assert ctx.applied is not None and ctx.proposed is not None
     return _hold("relayout-capacity", DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
                  f"rolling {ctx.applied.replicas} x TP{ctx.applied.tensor_parallel_size} into "
-                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} without dropping a "
-                 f"serving pod needs more GPUs than the pool's {ctx.plan.sizing.pool_gpus}")
+                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} while keeping the "
+                 f"pods the demand needs serving does not fit the pool's {ctx.plan.sizing.pool_gpus} GPUs, even one "
+                 f"new pod at a time")
 
 
 def check_rollout_finished(ctx: _Context) -> Check:
@@ -145,11 +153,15 @@ def check_rollout_finished(ctx: _Context) -> Check:
 def _rollout_room(ctx: _Context, layout: Layout) -> int:
     """The most replicas of `layout` whose rollout surge pod still fits the pool."""
     most, pool = ctx.plan.sizing.replicas_max, ctx.plan.sizing.pool_gpus
-    return most if pool is None else pool // layout.tensor_parallel_size - MAX_SURGE
+    return most if pool is None else pool // layout.tensor_parallel_size - ctx.state.rollout_surge
 
 
 def check_relayout_cooldown(ctx: _Context) -> Check:
-    if not _is_relayout(ctx) or ctx.applied_unsafe:
+    """Re-layouts are spaced by the cooldown. Only a shape that holds more KV than its pool (by the model,
+    or the engine preempting) leaves within it: a stream decoding below the floor on a shape just
+    rolled in is mended by the next cycles' fit, not by restarting again (that flips between shapes,
+    a model load each way)."""
+    if not _is_relayout(ctx) or (ctx.applied_unsafe and (ctx.over_line or _past_cliff(ctx.observation))):
         return _ok("relayout-cooldown")
     waited = _since(ctx.state.last_relayout_at, ctx.now)
     if waited < ctx.rails.relayout_cooldown_s:
@@ -159,20 +171,27 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
 
 
 def check_relayout_pays_back(ctx: _Context) -> Check:
-    """A re-layout restarts every replica: only worth it when the saving over the horizon beats
-    the GPU time burnt loading the model again."""
-    if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe:
+    """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
+    only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
+    saves more than the hysteresis share of the GPUs: two shapes within a replica of each other trade
+    places with every small change of the demand or the fit, and each trade is a model load."""
+    if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return _ok("relayout-payback")
     assert ctx.proposed is not None
     price_per_gpu_second = _price(ctx) / 3600.0
     baseline = ctx.current or ctx.applied
+    if baseline.gpus - ctx.proposed.gpus < ctx.rails.hysteresis * baseline.gpus:
+        return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
+                     f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} needs "
+                     f"{ctx.proposed.gpus} GPUs against {baseline.gpus}: less than {ctx.rails.hysteresis:.0%} saved")
     saving = (baseline.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
-    restart = ctx.proposed.gpus * price_per_gpu_second * ctx.rails.model_load_seconds
+    restart = ctx.rollout.extra_gpu_seconds * price_per_gpu_second
     if saving <= restart:
         return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
-                     f"saves ${saving:.2f} over {ctx.rails.relayout_horizon_s:.0f} s, restart costs ${restart:.2f}")
+                     f"saves ${saving:.2f} over {ctx.rails.relayout_horizon_s:.0f} s; the rollout costs "
+                     f"${restart:.2f} ({ctx.rollout.describe()})")
     return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
-               f"saves ${saving:.2f}, restart costs ${restart:.2f}")
+               f"saves ${saving:.2f}, the rollout costs ${restart:.2f}")
 
 
 def check_hysteresis(ctx: _Context) -> Check:
@@ -224,9 +243,14 @@ def check_scale_down_stabilised(ctx: _Context) -> Check:
 
 
 def _stabilisation_ceiling(ctx: _Context, proposed_replicas: int) -> int:
-    """The highest count recommended within the stabilisation window, this one included."""
+    """The highest count of the running shape recommended within the stabilisation window, this one
+    included. With no history yet (a first visit, or status lost) what runs counts as recommended now,
+    as the HPA seeds its window: nothing is released before a whole window of demand figures exists."""
     span = stabilization_window(ctx.rails)
-    return max([proposed_replicas, *(r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span)])
+    recent = [r for t, r in ctx.state.recent_recommendations if ctx.now - t <= span]
+    if not ctx.state.recent_recommendations and ctx.applied is not None:
+        recent.append(ctx.applied.replicas)
+    return max([proposed_replicas, *recent])
 
 
 CHECKS: tuple[Callable[[_Context], Check], ...] = (
@@ -307,10 +331,13 @@ def _rolled(ctx: _Context, proposed: Layout) -> tuple[Layout, str]:
                    f"the best shape the pool can roll into while serving the demand (the plan's "
                    f"TP{chosen.tensor_parallel_size} max-num-seqs {chosen.max_num_seqs} cannot); {message}")
     rollout = ctx.rollout
-    if rollout is None or rollout.target.replicas <= proposed.replicas:
+    if rollout is None:
         return proposed, message
-    return rollout.target, (f"{message}; rolled out at {rollout.target.replicas} replica(s), so no running pod goes "
-                            f"before a new one is ready (the extra ones go once the rollout is over)")
+    message = f"{message}; {rollout.describe()}"
+    if rollout.target.replicas <= proposed.replicas:
+        return proposed, message
+    return rollout.target, (f"{message}; applied at {rollout.target.replicas} replica(s), so the old pods the demand "
+                            f"needs serve until new ones are ready (the extra ones go once the rollout is over)")
 
 
 def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
@@ -341,7 +368,7 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
     if not applied.same_shape(proposed):
         reason = DecisionReason.CURRENT_LAYOUT_UNSAFE if ctx.applied_unsafe else DecisionReason.CHEAPER_LAYOUT
         target, message = _rolled(ctx, proposed)
-        return Decision(Action.RELAYOUT, target, proposed, reason, message, tuple(checks), ctx.now)
+        return Decision(Action.RELAYOUT, target, proposed, reason, message, tuple(checks), ctx.now, ctx.rollout)
     target = _bounded_step(applied, proposed, rails.max_step_replicas)
     if ctx.state.rolling_out and target.replicas > applied.replicas:
         target = replace(target, replicas=min(target.replicas, _rollout_room(ctx, target)))
@@ -356,7 +383,8 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
     elif proposed.replicas > wanted.replicas:
         message += (f" (demand wants {wanted.replicas}; {proposed.replicas} were recommended within the last "
                     f"{stabilization_window(rails):.0f} s)")
-    return Decision(action, target, wanted, reason, message, tuple(checks), ctx.now)
+    return Decision(action, target, wanted, reason, message, tuple(checks), ctx.now,
+                    running_wanted=wanted.replicas)
 
 
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets
@@ -373,7 +401,9 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     unsafe = _applied_unsafe(plan, applied, current, observation)
     proposed, rollout = plan.layout, None
     if applied is not None and proposed is not None and not applied.same_shape(proposed):
-        rollout = reachable(plan, applied, running_safe=not unsafe)
+        rollout = reachable(plan, applied, running_safe=not unsafe, keep=_kept(plan, state, applied, current, unsafe,
+                                                                                 guardrails, now),
+                            load_seconds=guardrails.model_load_seconds)
         if rollout is not None:
             proposed = rollout.planned
         elif unsafe and not _past_cliff(observation):
@@ -381,11 +411,14 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
             # and the engine does not report the cliff: the running shape stays, and keeps scaling.
             current, unsafe = plan.sized(applied, over_line=True), False
     ctx = _Context(plan, state, observation, guardrails, now, proposed, applied, unsafe,
-                   None if unsafe else current, _slo_missed(plan, observation), rollout)
+                   None if unsafe else current, _slo_missed(plan, observation), rollout,
+                   over_line=applied is not None and current is None)
     checks: list[Check] = []
     held = _chain(ctx, checks)
     if held is None:
         return _act(ctx, checks)
+    trusted = held.checks[-1].name != "metrics" and ctx.current is not None
+    held = replace(held, running_wanted=ctx.current.replicas if trusted and ctx.current is not None else None)
     if held.reason not in _RELAYOUT_HOLDS or ctx.current is None or applied is None:
         return held
     fallback = replace(ctx, proposed=ctx.current)
@@ -395,23 +428,39 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     if scaled.target is None:
         return held  # nothing to scale either: the held re-layout is the news
     shape = f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs}"
-    return replace(scaled, recommended=plan.layout,
+    return replace(scaled, recommended=plan.layout, running_wanted=ctx.current.replicas,
                    message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
+
+
+def _kept(plan: Plan, state: PlannerState, applied: Layout, current: Layout | None, unsafe: bool,
+          rails: Guardrails, now: float) -> int | None:
+    """Old pods a re-layout keeps serving until new ones replace them: what the demand wants of the
+    running shape, never below what the stabilisation window remembers. Every pod (None) when that
+    count cannot be trusted: the model no longer sizes the shape, or there is no demand figure."""
+    if unsafe or current is None or plan.sizing.demand_rps is None:
+        return None
+    span = stabilization_window(rails)
+    remembered = [r for t, r in state.recent_recommendations if now - t <= span]
+    if not state.recent_recommendations:
+        remembered.append(applied.replicas)
+    return max([current.replicas, *remembered])
 
 
 def next_state(state: PlannerState, decision: Decision, rails: Guardrails, applied: bool = True) -> PlannerState:
     """The state to persist after a decision; `applied=False` (Recommend mode) records only the
-    recommendation, so the guardrails keep judging what actually runs."""
-    recent = tuple((t, r) for t, r in state.recent_recommendations
-                   if decision.decided_at - t <= stabilization_window(rails))
-    if decision.recommended is not None:
-        recent += ((decision.decided_at, decision.recommended.replicas),)
+    recommendation, so the guardrails keep judging what actually runs. The stabilisation window
+    remembers what the demand wanted of the running shape; a re-layout starts it anew."""
+    now = decision.decided_at
+    recent = tuple((t, r) for t, r in state.recent_recommendations if now - t <= stabilization_window(rails))
+    if not state.recent_recommendations and state.applied is not None:
+        recent += ((now, state.applied.replicas),)  # the HPA's seed: what runs counts as recommended
+    if decision.running_wanted is not None:
+        recent += ((now, decision.running_wanted),)
     new = replace(state, recent_recommendations=recent)
     if not applied or decision.target is None:
         return new
-    now = decision.decided_at
     if decision.action is Action.RELAYOUT:
-        new = replace(new, last_relayout_at=now)
+        new = replace(new, last_relayout_at=now, recent_recommendations=((now, decision.target.replicas),))
     elif decision.action is Action.SCALE_UP:
         new = replace(new, last_scale_up_at=now)
     elif decision.action is Action.SCALE_DOWN:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from infertune.api.observation import Observation
+from infertune.model.forecast import DemandOutlook
 from infertune.model.perf import PerformanceModel
 from infertune.model.workload import Workload
 from infertune.planner.candidates import Candidate, CandidateTable, Verdict, build_table
@@ -41,6 +42,8 @@ class Plan:
     closest: Candidate | None  # when infeasible: the candidate that misses by the least
     decided_at: float
     sizing: Sizing = Sizing()
+    # GPUs the burst headroom adds to the chosen layout beyond what the demand itself needs.
+    headroom_gpus: int = 0
     # Every feasible shape sized for the demand, best first (the choice leads): where the guardrails
     # look when the choice cannot be reached from what runs without dropping capacity.
     ranked: tuple[Layout, ...] = ()
@@ -69,8 +72,8 @@ class Plan:
         if Verdict(int(table.verdict[row])) in _UNSAFE or (table.kv_fraction[row] > table.headroom_line
                                                            and not over_line):
             return None
-        demand, low, high, pool = (self.sizing.demand_rps, self.sizing.replicas_min, self.sizing.replicas_max,
-                                   self.sizing.pool_gpus)
+        demand = self.sizing.demand_rps
+        low, high, pool = self.sizing.replicas_min, self.sizing.replicas_max, self.sizing.pool_gpus
         if pool is not None:
             high = min(high, pool // shape.tensor_parallel_size)
         rate = float(_rates(table, np.array([row]))[0])
@@ -103,19 +106,17 @@ def effective_workload(base: Workload, observation: Observation | None) -> Workl
     )
 
 
-# A queue is demand the fleet did not serve: it is added as the rate that would drain it in this time.
-BACKLOG_DRAIN_SECONDS = 60.0
-
-
-def observed_demand(request: PlanRequest, observation: Observation | None) -> float | None:
+def observed_demand(request: PlanRequest, observation: Observation | None,
+                    outlook: DemandOutlook | None = None) -> float | None:
     """Requests/s to size for. The hint only until metrics exist: once they do, a missing rate is
-    unknown (the guardrails hold), never the hint. The first-token rate saturates at what the fleet
-    serves, so the waiting queue is added on top."""
+    unknown (the guardrails hold), never the hint. With an outlook (model/forecast.py), the demand
+    one model load ahead: the largest of the current rate, the recent bursts, the trend and the season."""
     if observation is None or not observation.available:
         return request.demand_rps
-    if observation.arrival_rate is None:
+    current = observation.demand_rate
+    if current is None:
         return None
-    return max(observation.arrival_rate, 0.0) + max(observation.waiting or 0.0, 0.0) / BACKLOG_DRAIN_SECONDS
+    return max(current, outlook.sized) if outlook is not None else current
 
 
 def _replica_bounds(request: PlanRequest, tp: np.ndarray) -> np.ndarray:
@@ -125,7 +126,8 @@ def _replica_bounds(request: PlanRequest, tp: np.ndarray) -> np.ndarray:
     return upper
 
 
-def plan(request: PlanRequest, observation: Observation | None, now: float) -> Plan:
+def plan(request: PlanRequest, observation: Observation | None, now: float,
+         outlook: DemandOutlook | None = None) -> Plan:
     workload = effective_workload(request.workload, observation)
     perf = PerformanceModel(
         model=request.model, gpu=request.gpu, workload=workload, napkin=request.napkin,
@@ -133,7 +135,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
         observed_capacity_tokens=request.observed_capacity_tokens, price_per_gpu_hour=request.price_per_gpu_hour,
     )
     table = build_table(request, perf)
-    demand = observed_demand(request, observation)
+    demand = observed_demand(request, observation, outlook)
     feasible = np.flatnonzero(table.verdict == Verdict.FEASIBLE)
     if feasible.size == 0:
         return _infeasible(request, table, workload, demand, now)
@@ -143,8 +145,10 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
     upper = _replica_bounds(request, tp)
     if demand is not None and demand > 0:
         needed = np.ceil(demand * (1.0 + request.demand_headroom) / rate).astype(np.int64)
+        bare = np.maximum(np.ceil(demand / rate).astype(np.int64), request.replicas_min)
     else:
         needed = np.zeros(tp.shape, dtype=np.int64)
+        bare = np.full(tp.shape, request.replicas_min, dtype=np.int64)
     needed = np.maximum(needed, request.replicas_min)
     serves = needed <= upper
     replicas = np.minimum(needed, np.maximum(upper, 0))
@@ -159,6 +163,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
     row = int(feasible[best])
     choice = table.row(row)
     chosen_replicas = max(int(replicas[best]), 0)
+    headroom_gpus = max(chosen_replicas - min(int(bare[best]), chosen_replicas), 0) * choice.tp
     shortfall = max(int(needed[best]) - chosen_replicas, 0) * choice.tp
     layout = Layout(choice.tp, choice.max_num_seqs, chosen_replicas) if chosen_replicas > 0 else None
     reason = _why(choice, chosen_replicas, demand, shortfall, int(feasible.size), len(table))
@@ -168,6 +173,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float) -> P
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
         closest=None, decided_at=now, sizing=_sizing(request, demand), ranked=ranked,
+        headroom_gpus=headroom_gpus,
     )
 
 

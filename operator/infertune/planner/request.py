@@ -32,6 +32,7 @@ from infertune.planner.types import Guardrails, Layout, PlanRequest, SloTarget
 
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 DEFAULT_KV_HEADROOM_PERCENT = 10
+DEFAULT_BURST_HEADROOM_PERCENT = 15
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,7 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
     hw = spec.hardware
     demand = spec.workload.expected_requests_per_second if spec.workload else None
     headroom = DEFAULT_KV_HEADROOM_PERCENT if t.kv_headroom_percent is None else t.kv_headroom_percent
+    burst = DEFAULT_BURST_HEADROOM_PERCENT if t.burst_headroom_percent is None else t.burst_headroom_percent
     return PlanRequest(
         model=model, gpu=gpu, workload=_workload(spec), slo=_slo(spec), tp_sizes=tp_sizes,
         concurrency_min=(conc.min if conc and conc.min else 1),
@@ -199,6 +201,7 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
         replicas_max=(reps.max if reps and reps.max else max(64, reps.min or 1 if reps else 1)),
         pool_gpus=hw.pool_gpus,
         kv_headroom=headroom / 100,
+        demand_headroom=burst / 100,
         price_per_gpu_hour=None if hw.price_per_gpu_hour is None else parse_decimal(
             hw.price_per_gpu_hour, "spec.hardware.pricePerGpuHour"),
         demand_rps=None if demand is None else parse_decimal(

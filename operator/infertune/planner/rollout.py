@@ -1,19 +1,25 @@
-"""What a re-layout's rolling update does to serving capacity and to the pool, and the replica count
-that keeps the demand served while it runs.
+"""What a re-layout's rolling update does to serving capacity, to the pool and to the bill, and the
+replica count and surge that keep the demand served while it runs.
 
-A re-layout is a new pod template, and the operator rolls it with maxSurge 1 and maxUnavailable 0
-(actuate/workload.py). With those, the Deployment controller at once scales the old pods down to
-the new replica count (it keeps that many available, no more), and only then replaces them one by
-one as new pods pass readiness, a model load each. So a re-layout to fewer, larger replicas (TP4 x12
-to TP8 x6) halves the serving capacity for the whole rollout, which at a 15-minute load is hours.
-Sizing the old pods that stay by the model's rate for the old shape is not enough either: a shape
-being left is often one the model no longer trusts (past the KV line), and every session whose pod
-goes re-sends its whole context to a cold one, so the pods left carry more prefill than the demand
-figure says (on the twin, keeping 7 of 15 TP4 pods for a TP8 roll queued 75 requests). So the new
-shape is applied with at least as many replicas as run now: no old pod goes before a new one is
-ready, and the extra new replicas go by the ordinary scale-down once the rollout is over. That count
-must fit the pool at the rollout's fullest moment, or new pods stay Pending and the rollout stalls:
-a target the pool cannot roll into is not reachable from what runs.
+A re-layout is a new pod template. The operator rolls it with maxUnavailable 0 and a maxSurge it
+chooses (actuate/workload.py renders it). With those, the Deployment controller at once scales the old
+pods down to the new replica count T (it keeps that many available, no more), starts up to maxSurge new
+pods beside them, and replaces old pods one for one as new ones pass readiness, a model load each. So:
+
+- **The count applied.** Old pods left at T must still carry the demand while the new ones load. A
+  re-layout to fewer, larger replicas (TP4 x12 to TP8 x6) would otherwise halve the serving capacity for
+  the whole rollout, and every session whose pod goes re-sends its whole context to a cold one. So T is
+  at least the number of old pods to keep: what the demand needs of the running shape (or, when the
+  model no longer trusts that shape or no demand figure exists, every pod that runs); the new shape's
+  extra replicas go by the ordinary scale-down once the rollout is over.
+- **The surge.** One pod at a time turns twelve replicas into twelve model loads in a row: three hours
+  at 900 s, with old and new pods both paid for. The surge is instead the most new pods the pool holds
+  beside the old ones at the rollout's fullest moment, so the rollout takes as few loads as the pool
+  allows. A target whose rollout does not fit the pool even one pod at a time is not reachable from
+  what runs (a Pending surge pod stalls a maxUnavailable-0 rollout for good).
+- **The bill.** The rollout's waves, its duration and the GPU-time it pays beyond the new shape's own
+  (old pods still serving, new ones loading) go into the decision: a re-layout must save more than that
+  over the horizon, and `infertune explain` shows it.
 """
 
 from __future__ import annotations
@@ -23,41 +29,74 @@ from dataclasses import dataclass, replace
 from infertune.planner.plan import Plan
 from infertune.planner.types import Layout
 
-# The strategy actuate/workload.py renders for every owned workload.
-MAX_SURGE = 1
+# What a Deployment rolls with when nothing else is said (a scale of the same template).
+DEFAULT_MAX_SURGE = 1
 
 
 @dataclass(frozen=True)
 class Rollout:
     planned: Layout  # the new shape at the count the demand needs once it runs alone
-    target: Layout  # what to apply: the new shape, at the count that keeps every running pod until replaced
-    peak_gpus: int  # the most GPUs old and new pods hold at any moment of the rollout
+    target: Layout  # what to apply: the new shape at the count that keeps the old pods the demand needs
+    kept: int  # old pods serving when the rollout starts (the controller drops the rest at once)
+    max_surge: int  # new pods started beside the old ones at a time
+    waves: int  # model loads in a row until every new pod serves
+    duration_s: float
+    peak_gpus: int  # the most GPUs old and new pods hold at any moment
+    extra_gpu_seconds: float  # GPU-time beyond the target's own while old and new pods overlap
 
-    def fits(self, pool_gpus: int | None) -> bool:
-        return pool_gpus is None or self.peak_gpus <= pool_gpus
+    def describe(self) -> str:
+        return (f"rolls out in {self.waves} wave(s) of up to {self.max_surge} pod(s), about "
+                f"{self.duration_s / 60:.0f} min, {self.extra_gpu_seconds / 3600:.1f} GPU-h paid beside the new "
+                f"shape's own, at most {self.peak_gpus} GPUs at once")
 
 
-def peak_gpus(running: Layout, target: Layout, max_surge: int = MAX_SURGE) -> int:
+def _waves(old: int, count: int, surge: int) -> list[tuple[int, int, int]]:
+    """(old pods, new pods ready, new pods loading) during each model load of the rollout."""
+    steps, ready = [], 0
+    while ready < count:
+        # The controller starts new pods up to `surge` over the count in all, never beyond the count.
+        loading = min(count - ready, max(count + surge - old - ready, 0))
+        if loading <= 0:
+            break  # no room to start a pod: the rollout stalls (the caller rejects such a surge)
+        steps.append((old, ready, loading))
+        ready += loading
+        old = max(0, min(old, count - ready))
+    return steps
+
+
+def peak_gpus(running: Layout, target: Layout, max_surge: int = DEFAULT_MAX_SURGE) -> int:
     """The most GPUs held while `running` rolls to `target` (maxUnavailable 0): the old pods left,
     at most the target count less the new ones ready, beside the new pods, at most `max_surge` over
     the count in all."""
+    old = min(running.replicas, target.replicas)
+    steps = _waves(old, target.replicas, max_surge)
+    if not steps:
+        return old * running.tensor_parallel_size
+    return max(o * running.tensor_parallel_size + (r + n) * target.tensor_parallel_size for o, r, n in steps)
+
+
+def plan_rollout(running: Layout, proposed: Layout, keep: int | None = None, pool_gpus: int | None = None,
+                 load_seconds: float = 0.0) -> Rollout | None:
+    """`proposed` at a count that keeps `keep` old pods serving until new ones replace them (all that
+    run when None), with the largest surge the pool holds. None when even one pod at a time does not
+    fit the pool."""
+    kept_wanted = running.replicas if keep is None else max(0, min(keep, running.replicas))
+    target = replace(proposed, replicas=max(proposed.replicas, kept_wanted))
     count = target.replicas
-    peak = 0
-    for ready_new in range(count + 1):
-        old = min(running.replicas, count - ready_new)
-        new = min(count, count + max_surge - old)
-        peak = max(peak, old * running.tensor_parallel_size + new * target.tensor_parallel_size)
-    return peak
+    kept = min(running.replicas, count)
+    surge = next((s for s in range(count, 0, -1)
+                  if pool_gpus is None or peak_gpus(running, target, s) <= pool_gpus), None)
+    if surge is None:
+        return None
+    steps = _waves(kept, count, surge)
+    held = sum(o * running.tensor_parallel_size + (r + n) * target.tensor_parallel_size for o, r, n in steps)
+    duration = len(steps) * load_seconds
+    extra = max(held * load_seconds - target.gpus * duration, 0.0)
+    return Rollout(proposed, target, kept, surge, len(steps), duration, peak_gpus(running, target, surge), extra)
 
 
-def plan_rollout(running: Layout, proposed: Layout, max_surge: int = MAX_SURGE) -> Rollout:
-    """`proposed` at a count that keeps every running pod until a new one replaces it (old pods
-    drop to the applied count at once)."""
-    target = replace(proposed, replicas=max(proposed.replicas, running.replicas))
-    return Rollout(proposed, target, peak_gpus(running, target, max_surge))
-
-
-def reachable(plan: Plan, running: Layout, running_safe: bool = True) -> Rollout | None:
+def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,
+              load_seconds: float = 0.0) -> Rollout | None:
     """The best-ranked shape whose rollout from `running` keeps the demand served within the pool
     (the plan's own choice when it is). None when no shape is reachable, or when a safe running
     shape ranks above every reachable one: then the running shape is what to scale."""
@@ -67,7 +106,7 @@ def reachable(plan: Plan, running: Layout, running_safe: bool = True) -> Rollout
             if running_safe:
                 return None
             continue
-        rollout = plan_rollout(running, layout)
-        if rollout.fits(pool):
+        rollout = plan_rollout(running, layout, keep, pool, load_seconds)
+        if rollout is not None:
             return rollout
     return None

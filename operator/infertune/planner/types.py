@@ -130,3 +130,5 @@ class PlannerState:
     recent_recommendations: tuple[tuple[float, int], ...] = ()
     # Old pods still serve beside the applied shape's: read from the workload every cycle, not persisted.
     rolling_out: bool = False
+    # The maxSurge the workload rolls with: how many pods over its count a rollout holds at once.
+    rollout_surge: int = 1

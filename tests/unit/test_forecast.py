@@ -1,0 +1,68 @@
+"""The demand one model load ahead: bursts kept, ramps met when they arrive, yesterday's morning
+predicting today's, and never less than the demand now."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infertune.controller.status import profile_from_status, profile_to_status
+from infertune.model.forecast import DemandPoint, SeasonalProfile, outlook
+
+NOW = 1_767_225_600.0 + 10 * 3600  # 10:00 UTC on a Thursday
+LOAD = 900.0
+
+
+def minutes(rates: list[float], end: float = NOW) -> list[DemandPoint]:
+    """One poll a minute (a 900 s load reads minute bins)."""
+    return [DemandPoint(end - 60.0 * (len(rates) - i), r) for i, r in enumerate(rates)]
+
+
+def test_bursty_traffic_keeps_the_capacity_its_bursts_took_and_smooth_traffic_does_not():
+    rng = random.Random(1)
+    smooth = [5.0 + rng.gauss(0, 0.2) for _ in range(40)]
+    bursty = [5.0 + (15.0 if i % 10 == 3 else 0.0) + rng.gauss(0, 0.2) for i in range(40)]
+    calm = outlook(5.0, minutes(smooth), None, NOW, LOAD)
+    assert calm.burst is not None and calm.burst < 5.6 and calm.trend is None
+    stormy = outlook(5.0, minutes(bursty), None, NOW, LOAD)
+    assert stormy.burst is not None and stormy.burst > 15 and stormy.driver == "burst"
+
+
+def test_a_ramp_is_met_one_load_ahead_and_noise_is_not_a_ramp():
+    rng = random.Random(2)
+    ramp = [2.0 + 0.1 * i + rng.gauss(0, 0.05) for i in range(20)]  # +0.1 req/s a minute
+    seen = outlook(ramp[-1], minutes(ramp), None, NOW, LOAD)
+    assert seen.trend is not None
+    assert math.isclose(seen.trend, 2.0 + 0.1 * 20 + 0.1 * LOAD / 60, rel_tol=0.1)
+    noise = [4.0 + rng.gauss(0, 0.5) for _ in range(20)]
+    assert outlook(noise[-1], minutes(noise), None, NOW, LOAD).trend is None
+
+
+def test_yesterdays_morning_predicts_todays():
+    profile = SeasonalProfile()
+    day0 = NOW - 10 * 3600 - 86_400  # midnight, the day before
+    for minute in range(24 * 60):
+        t = day0 + 60 * minute
+        hour = minute // 60
+        profile = profile.updated(t, 1.0 if hour < 9 else 4.0)  # the morning ramp at 09:00
+    before_ramp = NOW - 2 * 3600 + 60 * 50  # 08:50 today: the ramp is one load away
+    look = outlook(1.0, minutes([1.0] * 10, end=before_ramp), profile, before_ramp, LOAD)
+    # 4x by the profile, capped at 3x the level now.
+    assert look.seasonal is not None and look.seasonal >= 2.9 and look.driver == "seasonal"
+    # The profile survives a restart through status.
+    again = profile_from_status(profile_to_status(profile, NOW))
+    assert again == SeasonalProfile(tuple(round(v, 4) for v in profile.daily), profile.daily_samples,
+                                    tuple(round(v, 4) for v in profile.weekly), profile.weekly_samples)
+    assert profile_from_status({"daily": ["x"]}).empty
+
+
+@settings(max_examples=200, deadline=None)
+@given(current=st.floats(0, 1e4), rates=st.lists(st.floats(0, 1e4), max_size=120),
+       horizon=st.floats(1, 3600))
+def test_never_less_than_the_demand_now_and_always_finite(current: float, rates: list[float],
+                                                          horizon: float) -> None:
+    look = outlook(current, minutes(rates), None, NOW, horizon)
+    assert look.sized >= current and math.isfinite(look.sized)
