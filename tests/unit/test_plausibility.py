@@ -146,3 +146,16 @@ def test_the_limits_follow_the_physics_of_the_layout() -> None:
     assert small.requests is not None and large.requests is not None and small.tokens is not None
     assert 0 < small.requests < large.requests < 1e9 and small.tokens > small.requests
     assert all(math.isfinite(x) for x in (small.requests, small.tokens))
+
+
+def test_ratios_of_vanishing_rates_are_no_figure_and_absurd_means_are_not_believed() -> None:
+    """Found by the fuzzing: two rates of 1e-311 divided to an infinite mean answer length."""
+    from infertune.observe.figures import PodFigures, build_observation
+
+    gauges = {"kv_usage": 0.1, "running": 1.0, "waiting": 0.0}
+    tiny = {"generation_length_sum": 4.45e-309, "generation_length_count": 2.2e-311, "ttft_count": 2.2e-311}
+    obs = build_observation(KEY, [PodFigures("p-0", "vllm", 100.0, gauges, tiny)], None, 100.0, 120.0, {})
+    assert obs.available and obs.mean_generated_tokens is None
+    absurd = {"generation_length_sum": 5e9, "generation_length_count": 1.0, "ttft_count": 1.0}
+    obs = build_observation(KEY, [PodFigures("p-0", "vllm", 100.0, gauges, absurd)], None, 100.0, 120.0, {})
+    assert obs.fault is MetricsFault.IMPLAUSIBLE and "mean generated tokens" in obs.message

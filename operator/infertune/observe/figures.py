@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from infertune.api.observation import MetricsFault, Observation, ReplicaObservation
 from infertune.observe.dialects import REQUIRED_GAUGES, TTFT_QUANTILES
@@ -93,10 +93,16 @@ def _sum(values: Sequence[float | None]) -> float | None:
     return float(sum(v for v in values if v is not None))
 
 
+# Per second: less than one event in thirty years is no traffic at all, and a ratio over it is noise
+# (two rates of 1e-311 divide to infinity).
+RATE_FLOOR = 1e-9
+
+
 def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den <= 0:
+    if num is None or den is None or den <= RATE_FLOOR:
         return None
-    return num / den
+    ratio = num / den
+    return ratio if math.isfinite(ratio) else None
 
 
 def _rate(fig: PodFigures, key: str) -> float | None:
@@ -199,6 +205,7 @@ KV_USAGE_MAX = 1.0 + 1e-6
 ANY_COUNT_MAX = 1e9
 TTFT_MAX_SECONDS = 86_400.0
 ITL_MAX_SECONDS = 60.0
+TOKENS_MAX = 10_000_000.0  # a mean prompt or answer longer than any model's context
 _REQUEST_RATES = ("ttft_count", "completions", "prompt_length_count", "generation_length_count")
 _TOKEN_RATES = ("generation_tokens", "itl_count", "preemptions")
 
@@ -286,6 +293,28 @@ def build_observation(key: DeploymentKey, figs: Sequence[PodFigures], expected: 
     display, but `available` is False and nothing should be decided from them."""
     verdict = judge(key, figs, expected, now, stale_after)
     figs = sorted(figs, key=lambda f: f.pod)
+    observation = _assemble(key, figs, verdict, now, deployment_ttft)
+    why = implausible_means(observation) if observation.available else None
+    if why is not None:
+        return replace(observation, available=False, fault=MetricsFault.IMPLAUSIBLE, message=why)
+    return observation
+
+
+def implausible_means(obs: Observation) -> str | None:
+    """The first figure derived from several rates that no request has (a mean prompt longer than any
+    context, a pass longer than a minute), as a sentence; None when all are plausible."""
+    for name, value, high in (("mean prompt tokens", obs.mean_prompt_tokens, TOKENS_MAX),
+                              ("mean cached tokens", obs.mean_cached_tokens, TOKENS_MAX),
+                              ("mean generated tokens", obs.mean_generated_tokens, TOKENS_MAX),
+                              ("mean inter-token seconds", obs.mean_inter_token_seconds, ITL_MAX_SECONDS),
+                              ("prefix-cache hit rate", obs.prefix_hit_rate, 1.01)):
+        if value is not None and not 0.0 <= value <= high:
+            return f"the deployment's {name} = {value:.4g}, outside its physical range 0..{high:.4g}; not believed"
+    return None
+
+
+def _assemble(key: DeploymentKey, figs: Sequence[PodFigures], verdict: Judgement, now: float,
+              deployment_ttft: Mapping[float, float]) -> Observation:
     reps = tuple(replica_observation(f) for f in figs)
     rates = {k: _sum([_rate(f, k) for f in figs]) for k in _RATE_KEYS}
     usages = [r.kv_usage for r in reps]
