@@ -156,6 +156,6 @@ def test_ratios_of_vanishing_rates_are_no_figure_and_absurd_means_are_not_believ
     tiny = {"generation_length_sum": 4.45e-309, "generation_length_count": 2.2e-311, "ttft_count": 2.2e-311}
     obs = build_observation(KEY, [PodFigures("p-0", "vllm", 100.0, gauges, tiny)], None, 100.0, 120.0, {})
     assert obs.available and obs.mean_generated_tokens is None
-    absurd = {"generation_length_sum": 5e9, "generation_length_count": 1.0, "ttft_count": 1.0}
+    absurd = {"generation_length_sum": 5e8, "generation_length_count": 0.01, "ttft_count": 0.01}
     obs = build_observation(KEY, [PodFigures("p-0", "vllm", 100.0, gauges, absurd)], None, 100.0, 120.0, {})
     assert obs.fault is MetricsFault.IMPLAUSIBLE and "mean generated tokens" in obs.message
