@@ -182,6 +182,13 @@ def _nnls(a: FloatArray, b: FloatArray) -> tuple[FloatArray, tuple[int, ...]]:
     """
     gram, rhs = a.T @ a, a.T @ b
     n = gram.shape[0]
+    try:
+        return _nnls_solve(gram, rhs, n)
+    except np.linalg.LinAlgError:  # samples so degenerate (a pass of 1e-100 s) that the prior cannot rescue them
+        raise FitError("the samples do not determine the terms (a singular system)") from None
+
+
+def _nnls_solve(gram: FloatArray, rhs: FloatArray, n: int) -> tuple[FloatArray, tuple[int, ...]]:
     x: FloatArray = np.asarray(np.linalg.solve(gram, rhs), dtype=np.float64)
     if np.all(x >= 0):
         return x, tuple(range(n))
