@@ -57,6 +57,8 @@ from infertune.planner.types import Layout
 Key = tuple[str, str]
 Obj = dict[str, Any]
 PAUSED = "infertune.io/paused"
+# The shortest window the request shape is averaged over (a few polls).
+SHAPE_MIN_S = 30.0
 # How often the learnt demand profile is written to status.
 PROFILE_WRITE_SECONDS = 600.0
 # A timer fires every cycle_seconds; a resource's own interval is honoured to within this share, so
@@ -93,7 +95,7 @@ class Metrics(Protocol):
 
     def expect(self, key: Key, expected: Expected) -> None: ...
 
-    def observation(self, key: Key) -> Observation | None: ...
+    def observation(self, key: Key, horizon: float | None = None) -> Observation | None: ...
 
     def warning(self, key: Key, obs: Observation | None, headroom: float, now: float) -> CliffWarning | None: ...
 
@@ -260,7 +262,9 @@ class Reconciler:
         workload = self._workload(resource, resolved)
         running = self._running(resource, workload)
         self.metrics.expect(key, _expected(workload))
-        obs = self.metrics.observation(key)
+        # The request shape is averaged over a model load at most (and at least SHAPE_MIN_S): what the
+        # next layout must hold is the traffic of the next load, not of the last quarter hour.
+        obs = self.metrics.observation(key, max(resolved.request.guardrails.model_load_seconds, SHAPE_MIN_S))
         warning = self.metrics.warning(key, obs, resolved.request.kv_headroom, now)
         memory = self._fit_memory(resource)
         samples = self.metrics.take_fit_samples(key, _timestamp((resource.status.get("applied") or {}).get(
