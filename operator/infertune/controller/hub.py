@@ -33,6 +33,8 @@ class MetricsHub:
     snapshots: dict[SourceSpec, Snapshot] = field(default_factory=dict)
     expected: dict[Key, Expected] = field(default_factory=dict)
     fit_backlog: dict[Key, list[FitSample]] = field(default_factory=dict)
+    # Days of demand a source remembered when first polled, for the reconciler to learn the season from.
+    season_backfill: dict[Key, list[DemandPoint]] = field(default_factory=dict)
 
     # --- what the reconciler tells it --------------------------------------------------------
     def route(self, key: Key, route: Route) -> None:
@@ -43,7 +45,7 @@ class MetricsHub:
         self.expected[key] = expected
 
     def forget(self, key: Key) -> None:
-        for store in (self.routes, self.expected, self.fit_backlog):
+        for store in (self.routes, self.expected, self.fit_backlog, self.season_backfill):
             store.pop(key, None)
         self.history.forget(key)
 
@@ -88,6 +90,19 @@ class MetricsHub:
 
     def demand_points(self, key: Key) -> tuple[DemandPoint, ...]:
         return self.history.demand_points(key)
+
+    def seed_demand(self, key: Key, recent: list[DemandPoint], season: list[DemandPoint]) -> None:
+        """What a source remembered of a resource's demand before this process polled it: the recent
+        points join the history (bursts, trend), the days of it wait for the reconciler's profile."""
+        if key not in self.routes:
+            return
+        self.history.seed_demand(key, recent)
+        if season:
+            self.season_backfill[key] = season
+
+    def take_season(self, key: Key) -> list[DemandPoint]:
+        """The remembered days of demand, once."""
+        return self.season_backfill.pop(key, [])
 
     def take_fit_samples(self, key: Key, since: float) -> list[FitSample]:
         """The samples found for `key` since its layout was applied; taken once."""

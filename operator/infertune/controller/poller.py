@@ -26,6 +26,12 @@ log = structlog.get_logger("infertune.controller")
 FIT_HISTORY_EVERY_SECONDS = 300.0
 FIT_HISTORY_BACKFILL_SECONDS = 1800.0
 FIT_HISTORY_STEP = "30s"
+# Demand history read once per resource when a Prometheus first answers for it: days of it for the
+# daily and weekly profile, hours of it at minute steps for the bursts and the trend.
+SEASON_BACKFILL_SECONDS = 7 * 86_400.0
+SEASON_STEP = "15m"
+RECENT_BACKFILL_SECONDS = 3 * 3600.0
+RECENT_STEP = "1m"
 
 
 class Poller:
@@ -37,6 +43,7 @@ class Poller:
         self.clock = clock
         self.poll_seconds = poll_seconds
         self._last_fit_history: dict[SourceSpec, float] = {}
+        self._backfilled: set[Key] = set()
 
     async def run_forever(self) -> None:
         while True:
@@ -47,7 +54,9 @@ class Poller:
             await asyncio.sleep(self.poll_seconds)
 
     async def poll_once(self) -> None:
-        for spec, routes in self.hub.by_source().items():
+        grouped = self.hub.by_source()
+        self._backfilled &= {key for routes in grouped.values() for key in routes}  # deleted ones go
+        for spec, routes in grouped.items():
             now = self.clock()
             snapshot, source = await asyncio.to_thread(self._poll_source, spec, routes, now)
             # A source with range queries (Prometheus) gives the fit its windows from history; any other
@@ -56,6 +65,7 @@ class Poller:
             self.hub.ingest(spec, snapshot, routes, poll_samples=not ranged)
             if source is not None and ranged and snapshot.available:
                 await self._fit_history(spec, source, now)
+                await self._demand_history(source, routes, now)
 
     def close(self) -> None:
         self.sources.close()
@@ -85,6 +95,23 @@ class Poller:
             except ApiError as exc:
                 log.warning("listing pods failed", namespace=namespace, error=str(exc))
         return pods
+
+    async def _demand_history(self, source: MetricsSource, routes: Mapping[Key, Route], now: float) -> None:
+        """Once per resource: the demand the source remembers, so a started operator sizes for bursts
+        and a season it has not polled itself."""
+        fresh = [key for key in routes if key not in self._backfilled]
+        if not fresh:
+            return
+        self._backfilled.update(fresh)
+        fetch = source.demand_history  # type: ignore[attr-defined]
+        try:
+            season = await asyncio.to_thread(fetch, now - SEASON_BACKFILL_SECONDS, now, SEASON_STEP)
+            recent = await asyncio.to_thread(fetch, now - RECENT_BACKFILL_SECONDS, now, RECENT_STEP)
+        except Exception as exc:  # the forecast starts from its own polls instead; nothing depends on it
+            log.warning("demand history query failed", error=str(exc))
+            return
+        for key in fresh:
+            self.hub.seed_demand(key, recent.get(key, []), season.get(key, []))
 
     async def _fit_history(self, spec: SourceSpec, source: MetricsSource, now: float) -> None:
         last = self._last_fit_history.get(spec)

@@ -103,6 +103,8 @@ class Metrics(Protocol):
 
     def demand_points(self, key: Key) -> tuple[DemandPoint, ...]: ...
 
+    def take_season(self, key: Key) -> list[DemandPoint]: ...
+
     def forget(self, key: Key) -> None: ...
 
 
@@ -332,6 +334,10 @@ class Reconciler:
             raw = resource.status.get("demandProfile")
             kept = (profile_from_status(raw), _timestamp((raw or {}).get("updatedAt")) if raw else 0.0)
         profile, written = kept
+        season = self.metrics.take_season(resource.key)
+        if profile.empty and season:  # a first start: the days the source remembers, before any cycle of ours
+            for point in season:
+                profile = profile.updated(point.time, point.rate)
         demand = None if obs is None else obs.demand_rate
         if demand is not None:
             profile = profile.updated(now, demand)

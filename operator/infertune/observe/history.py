@@ -12,6 +12,7 @@ gives the planner the completion-weighted means over the whole horizon instead.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -106,6 +107,18 @@ class PressureHistory:
         points.append(DemandPoint(time, rate))
         while points and points[0].time < time - self.demand_horizon:
             points.popleft()
+
+    def seed_demand(self, key: DeploymentKey, points: Sequence[DemandPoint]) -> None:
+        """Adds the demand a source remembers from before this process polled it (older points only)."""
+        held = self._demand.setdefault(key, deque(maxlen=DEMAND_POINTS))
+        first = held[0].time if held else math.inf
+        older = sorted((p for p in points if p.time < first), key=lambda p: p.time)
+        if not older:
+            return
+        newest = (older + list(held))[-1].time
+        merged = [p for p in older + list(held) if p.time >= newest - self.demand_horizon]
+        held.clear()
+        held.extend(merged)
 
     def demand_points(self, key: DeploymentKey) -> tuple[DemandPoint, ...]:
         """The demand each recent poll saw, oldest first."""

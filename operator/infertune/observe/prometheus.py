@@ -23,10 +23,11 @@ from urllib3.util.retry import Retry
 
 from infertune.api.observation import MetricsFault
 from infertune.errors import SourceError
+from infertune.model.forecast import DemandPoint
 from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, stream_context
 from infertune.observe.fitmemory import FitSample
-from infertune.observe.promql import Labels, Query, fit_range_queries, poll_queries
+from infertune.observe.promql import Labels, Query, demand_range_query, fit_range_queries, poll_queries
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 
@@ -247,3 +248,28 @@ class PrometheusSource:
             context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]), batch)
             out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3], context))
         return dict(out)
+
+    def demand_history(self, start: float, end: float, step: str,
+                       rate_window: str = "5m") -> dict[DeploymentKey, list[DemandPoint]]:
+        """The demand of every deployment over [start, end], one point per step: what a started
+        operator learns the season and the bursts from before its own polls have seen them."""
+        query = demand_range_query(rate_window, self.labels, self.namespace, self.deployment)
+        begin, finish = datetime.fromtimestamp(start, UTC), datetime.fromtimestamp(end, UTC)
+        try:
+            result = self.client.custom_query_range(query.promql, begin, finish, step)
+        except Exception as exc:
+            raise classify(exc, self.url) from exc
+        out: dict[DeploymentKey, list[DemandPoint]] = defaultdict(list)
+        for item in result:
+            m = item["metric"]
+            key = (m.get(self.labels.namespace, ""), m.get(self.labels.deployment, ""))
+            for t, v in item["values"]:
+                try:
+                    time_, rate = float(t), float(v)
+                except (TypeError, ValueError):
+                    continue
+                # A figure outside its range (NaN, infinite, negative) is not demand; it is dropped.
+                if math.isfinite(time_) and math.isfinite(rate) and rate >= 0:
+                    out[key].append(DemandPoint(time_, rate))
+        return dict(out)
+
