@@ -84,8 +84,9 @@ class HpaKv:
         pods = actuator.serving()
         # A pod loading its weights has no /metrics yet: prometheus-adapter returns nothing for it.
         metrics = {r.name: r.engine.kv_usage for r in pods if actuator.ready(r)}
-        current = len(pods)
-        wanted = plain_metric_replicas(current, metrics, [r.name for r in pods], self.target)
+        current = len(pods) + len(actuator.pending)
+        wanted = plain_metric_replicas(current, metrics, [r.name for r in pods], self.target,
+                                       unready=[p.name for p in actuator.pending])
         final = self.hpa.normalize(current, wanted, now)
         if final != _desired(actuator):
             actuator.apply(replace(self.layout, replicas=final))
@@ -113,7 +114,7 @@ class KedaQueue:
         self._next_sync = now + SYNC_PERIOD
         pods = actuator.serving()
         waiting = sum(len(r.engine.waiting) for r in pods if actuator.ready(r))
-        final = self.keda.desired(now, len(pods), waiting)
+        final = self.keda.desired(now, len(pods) + len(actuator.pending), waiting)
         if final != _desired(actuator):
             actuator.apply(replace(self.layout, replicas=final))
 

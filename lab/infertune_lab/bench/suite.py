@@ -108,7 +108,7 @@ def run_scenario(name: str, options: Options, progress: Progress = stderr) -> Sc
     arrivals = case.arrivals()
     windows = schedule(case, sweep, tps, options.pool_gpus, max(900.0, case.duration / 24), arrivals)
     price = float(resolved.request.price_per_gpu_hour or 0.0)
-    setup = RunSetup(case, sweep.base, load, slo, price)
+    setup = RunSetup(case, sweep.base, load, slo, price, options.pool_gpus)
     policies = _policies(options.policies, setup, sweep, windows, tps, options.pool_gpus, arrivals)
     progress(f"[{case.name}] {len(arrivals):,} requests, model load {load:g} s, sweep and schedule "
              f"{time.perf_counter() - wall:.1f} s; running {', '.join(p.name for p in policies)}")
