@@ -32,7 +32,7 @@ def spike(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_json_names_every_policy_and_every_field(spike: dict[str, Any]) -> None:
     assert spike["scenario"] == "spike"
-    assert list(spike["policies"]) == ["infertune", "static", "hpa-kv", "keda-queue", "oracle"]
+    assert list(spike["policies"]) == ["infertune", "static", "hpa-kv", "keda-queue", "keda-slo", "oracle"]
     for name, figures in spike["policies"].items():
         assert set(figures) >= FIELDS, name
         assert 0.0 <= figures["sla_attainment_ttft"] <= 1.0

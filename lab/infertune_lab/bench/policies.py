@@ -5,6 +5,7 @@ else to the fleet.
 - static: a hand-picked layout sized once for the peak, never changed;
 - hpa-kv: an HPA on the Pods metric `vllm:kv_cache_usage_perc`, AverageValue 0.8 (bench.hpa);
 - keda-queue: a KEDA ScaledObject on `vllm:num_requests_waiting`, threshold 5 (bench.keda);
+- keda-slo: llm-d's SLO-aware KEDA loop on P90 latency against the SLO (bench.keda_slo);
 - oracle: the hindsight schedule (bench.oracle), staged one model load ahead, blue/green.
 
 The HPA and KEDA scale replicas only; their layout is the hand-picked one, as it is for teams that

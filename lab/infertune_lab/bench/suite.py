@@ -21,6 +21,7 @@ from infertune.planner.types import Layout
 from infertune_lab.bench.actuation import FleetPoint
 from infertune_lab.bench.capacity import CapacitySweep
 from infertune_lab.bench.cases import BenchCase, build
+from infertune_lab.bench.keda_slo import KedaSlo
 from infertune_lab.bench.metrics import PolicyResult
 from infertune_lab.bench.oracle import Window, peak_demand, schedule, static_layout
 from infertune_lab.bench.policies import HpaKv, KedaQueue, Oracle, Policy, Static
@@ -28,7 +29,7 @@ from infertune_lab.bench.runner import PolicyRun, RunSetup, run_policy
 from infertune_lab.bench.tuned import Infertune, bench_resource, slo_of
 from infertune_lab.sim import ReplicaConfig
 
-POLICIES = ("infertune", "static", "hpa-kv", "keda-queue", "oracle")
+POLICIES = ("infertune", "static", "hpa-kv", "keda-queue", "keda-slo", "oracle")
 HAND_PICKED = (4, 8)  # the load test's hand pick: TP4, max-num-seqs 8
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)
 POOL_GPUS = 64
@@ -82,6 +83,7 @@ def _policies(names: Sequence[str], setup: RunSetup, sweep: CapacitySweep, windo
         "static": lambda: Static(static_layout(picked, windows, pool_gpus)),
         "hpa-kv": lambda: HpaKv(first, max_replicas),
         "keda-queue": lambda: KedaQueue(first, max_replicas),
+        "keda-slo": lambda: KedaSlo(first, max_replicas, setup.slo),
         "oracle": lambda: Oracle(windows, setup.load_seconds),
     }
     return [build_one[n]() for n in names]
