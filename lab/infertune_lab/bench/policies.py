@@ -21,7 +21,7 @@ from typing import Protocol
 from infertune.planner.types import Layout
 from infertune_lab.bench.actuation import Actuator
 from infertune_lab.bench.hpa import SYNC_PERIOD, Hpa, plain_metric_replicas
-from infertune_lab.bench.keda import Keda
+from infertune_lab.bench.keda import THRESHOLD, Keda
 from infertune_lab.bench.oracle import Window, staged
 
 KV_TARGET = 0.8
@@ -98,13 +98,14 @@ class KedaQueue:
     layout: Layout
     max_replicas: int
     min_replicas: int = 1
+    threshold: float = THRESHOLD
     name: str = "keda-queue"
     max_surge: int | None = 1
     keda: Keda = field(init=False)
     _next_sync: float = 0.0
 
     def __post_init__(self) -> None:
-        self.keda = Keda(self.max_replicas, self.min_replicas)
+        self.keda = Keda(self.max_replicas, self.min_replicas, self.threshold)
 
     def start(self) -> Layout:
         return self.layout

@@ -211,10 +211,42 @@ def context_growth(peak_rate: float, duration: float = 7_200.0, start_tokens: fl
     return Scenario("context-growth", duration, CODING_AGENT, phases)
 
 
+# A week from Monday 00:00: the WORKDAY profile every day, scaled by the day's share of a weekday.
+# Stylised (not fitted): production LLM traffic follows the working day and drops at the weekend
+# (docs/sources.md#azure-llm-2024: a week of Azure's code and conversation services).
+WEEKLY = (1.00, 1.00, 1.00, 1.00, 0.95, 0.45, 0.35)
+
+
+def week(peak_rate: float, duration: float = 7 * 86_400.0) -> Scenario:
+    """Seven WORKDAY days, Monday to Sunday, each scaled by WEEKLY: daily and weekly seasonality.
+    `duration` shorter than a week compresses it."""
+    hour = duration / (24 * len(WEEKLY))
+    phases = tuple(Phase((d * 24 + h) * hour, peak_rate * WEEKLY[d] * WORKDAY[h])
+                   for d in range(len(WEEKLY)) for h in range(24))
+    return Scenario("week", duration, CODING_AGENT, (*phases, Phase(duration, peak_rate * WEEKLY[0] * WORKDAY[0])))
+
+
+def drop(peak_rate: float, duration: float = 14_400.0, ramp: float = 60.0, floor: float = 0.10) -> Scenario:
+    """The peak rate for the first 40% of the run, then down to `floor` of it within `ramp` seconds
+    and there to the end: what a policy keeps paying for after its traffic has gone."""
+    at = 0.4 * duration
+    phases = (Phase(0.0, peak_rate), Phase(at, peak_rate), Phase(at + ramp, peak_rate * floor))
+    return Scenario("drop", duration, CODING_AGENT, phases)
+
+
+def slow_ramp(peak_rate: float, duration: float = 21_600.0, floor: float = 0.10) -> Scenario:
+    """From `floor` of the peak to the peak, linearly over the whole run: a launch's adoption."""
+    phases = (Phase(0.0, peak_rate * floor), Phase(duration, peak_rate))
+    return Scenario("ramp", duration, CODING_AGENT, phases)
+
+
 SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "coding-agent-day": coding_agent_day,
     "spike": spike,
     "context-growth": context_growth,
+    "week": week,
+    "drop": drop,
+    "ramp": slow_ramp,
 }
 
 
@@ -226,5 +258,5 @@ def scenario(name: str, peak_rate: float, duration: float) -> Scenario:
     return build(peak_rate=peak_rate, duration=duration)
 
 
-__all__ = ["SCENARIOS", "WORKDAY", "Phase", "Scenario", "coding_agent_day", "context_growth", "mean_prompt",
-           "scaled_to_context", "scenario", "spike", "turns_per_session"]
+__all__ = ["SCENARIOS", "WEEKLY", "WORKDAY", "Phase", "Scenario", "coding_agent_day", "context_growth", "drop",
+           "mean_prompt", "scaled_to_context", "scenario", "slow_ramp", "spike", "turns_per_session", "week"]
