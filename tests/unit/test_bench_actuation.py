@@ -35,6 +35,7 @@ def test_pods_beyond_the_pool_stay_pending_and_cost_nothing() -> None:
     act.account(60.0)
     assert act.gpu_seconds == 16 * 60.0  # Pending pods hold no GPU
     assert act.timeline[-1].gpus == 16 and act.timeline[-1].pending_gpus == 8
+    assert act.timeline[-1].asked_gpus == 24
     act.fleet.run_until(10 * LOAD)
     act.reconcile()
     assert len(act.pending) == 2  # no room appeared: they never load, never serve

@@ -36,8 +36,9 @@ Shape = tuple[int, int]  # (tensor-parallel size, max-num-seqs): what the pod te
 
 @dataclass(frozen=True)
 class FleetPoint:
-    """The fleet at one instant, for the plots: GPUs held (loading, serving, draining), those
-    serving, and those Pending pods wait for."""
+    """The fleet at one instant: GPUs held (loading, serving, draining), those serving, those
+    Pending pods wait for, and those the Deployment's live pods ask for (placed and not draining,
+    or Pending: what the policy's decision and its rollout ask of the pool)."""
 
     time: float
     gpus: int
@@ -46,6 +47,7 @@ class FleetPoint:
     max_num_seqs: int
     replicas: int
     pending_gpus: int = 0
+    asked_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -219,4 +221,4 @@ class Actuator:
             now - self.origin, sum(r.config.tp for r in replicas),
             sum(r.config.tp for r in replicas if r.routable(now)),
             target.tensor_parallel_size, target.max_num_seqs, target.replicas,
-            sum(p.tp for p in self.pending)))
+            sum(p.tp for p in self.pending), sum(shape_of(p)[0] for p in self.pods())))

@@ -25,6 +25,7 @@ from infertune_lab.sim import ClosedLoop, Fleet, OpenSessions, ReplicaConfig, Se
 from infertune_lab.sim.scenario import turns_per_session
 from infertune_lab.sim.traffic import poisson
 
+HAND_PICKED = (4, 8)  # the load test's hand pick, TP4 and max-num-seqs 8: what static and the autoscalers run
 # A layout qualifies for the oracle when this share of its requests met each SLO in the sweep.
 QUALIFYING_ATTAINMENT = 0.99
 CONCURRENCY_GRID = (4, 8, 12, 16, 20, 24, 32, 40, 48, 64)

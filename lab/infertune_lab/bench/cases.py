@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from infertune.errors import UserError
-from infertune_lab.bench.capacity import CapacitySweep, LayoutCapacity
+from infertune_lab.bench.capacity import HAND_PICKED, CapacitySweep, LayoutCapacity
 from infertune_lab.sim import RequestRecord, SessionShape, TraceReplay, TrafficSource, load_trace
-from infertune_lab.sim.scenario import Scenario, scaled_to_context, scenario, turns_per_session
+from infertune_lab.sim.scenario import Scenario, random_scenario, scaled_to_context, scenario, turns_per_session
 from infertune_lab.sim.trace import TraceRow
 from infertune_lab.sim.traffic import CHAT_TRACE, CODING_AGENT, chat_trace
 
@@ -42,6 +42,9 @@ DURATIONS = {"coding-agent-day": 86_400.0, "spike": 14_400.0, "context-growth": 
 FAST_LOAD = "-load60"
 FAST_LOAD_SECONDS = 60.0
 NAMES = (*BASE_NAMES, *(f"{n}{FAST_LOAD}" for n in ("chat", "week", "drop", "ramp")))
+# A scenario drawn from the seed (sim.scenario.random_scenario); not part of "all".
+RANDOM = "random"
+RANDOM_DURATION = 3_600.0
 FILL = 0.85  # share of the pool the hindsight-best layout needs at the scenario's peak
 # A session's next turn comes one answer later; the oracle's hindsight demand replays the
 # sessions with this answer time (about 1,000 tokens at the SLO's 25 tok/s, plus TTFT).
@@ -50,6 +53,8 @@ DRY_RUN_ANSWER_SECONDS = 42.0
 # run opens with sessions in flight and warm caches, as a day does; it is neither charged nor scored.
 WARMUP_SECONDS = 1_800.0
 CHAT_WARMUP_SECONDS = 300.0
+RANDOM_WARMUP_SECONDS = 600.0
+DEMAND_BIN_SECONDS = 300.0  # demand is the busiest five minutes of a window
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,17 @@ class BenchCase:
         return times
 
 
+def peak_demand(arrivals: Sequence[float], start: float, end: float, bin_seconds: float = DEMAND_BIN_SECONDS) -> float:
+    """The highest request rate of any `bin_seconds` stretch in [start, end)."""
+    best, t = 0.0, start
+    while t < end:
+        stop = min(t + bin_seconds, end)
+        count = bisect.bisect_left(arrivals, stop) - bisect.bisect_left(arrivals, t)
+        best = max(best, count / (stop - t))
+        t = stop
+    return best
+
+
 def looped(rows: Sequence[TraceRow], multiplier: float, duration: float) -> list[TraceRow]:
     """The trace repeated back to back (in trace time) for as long as `duration` needs once the
     replay runs `multiplier` times faster."""
@@ -129,8 +145,10 @@ def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, s
     if trace is not None or name == "azure-code":
         return _trace_case(name if trace is None else trace.stem, trace or AZURE_CODE, sweep, tps, pool_gpus, seed,
                            duration or DURATIONS["azure-code"], rate_multiplier)
+    if name == RANDOM:
+        return _random_case(sweep, pool_gpus, seed, duration or RANDOM_DURATION)
     if name not in NAMES:
-        raise UserError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, all")
+        raise UserError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, {RANDOM}, all")
     base = name.removesuffix(FAST_LOAD)
     load = FAST_LOAD_SECONDS if base != name else None
     length = duration or DURATIONS[base]
@@ -175,6 +193,23 @@ def _chat_case(sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, seed: i
             f"~{answer:,.0f}-token answers, bursts, no sessions; sized so the heaviest window needs {FILL:.0%} of "
             f"{pool_gpus} GPUs at TP{best.tp} c={best.max_num_seqs}")
     return BenchCase("chat", length, seed, trace=rows, note=note, warmup=warmup, shape=shape)
+
+
+def _random_case(sweep: CapacitySweep, pool_gpus: int, seed: int, length: float) -> BenchCase:
+    """The seed's random scenario, sized so that the hand-picked layout sized for its peak (what
+    static runs) needs FILL of the pool; its model load is the one drawn."""
+    drawn = random_scenario(seed, length)
+    probe = BenchCase(RANDOM, length, seed, scenario=drawn.scenario, warmup=RANDOM_WARMUP_SECONDS)
+    picked = sweep.measure(drawn.scenario.shape, *HAND_PICKED)
+    per_replica = picked.sustained_rps or picked.requests_per_second
+    need = peak_demand(probe.arrivals(), 0.0, length) / per_replica * picked.tp
+    peak = FILL * pool_gpus / need
+    sc = drawn.scenario
+    scaled = replace(sc, phases=tuple(replace(p, rate=p.rate * peak) for p in sc.phases))
+    note = (f"random scenario {seed} ({drawn.description}), {length / 3600:g} h; peak {peak:.3f} sessions/s, sized "
+            f"so TP{picked.tp} c={picked.max_num_seqs} sized for the peak needs {FILL:.0%} of {pool_gpus} GPUs")
+    return BenchCase(RANDOM, length, seed, scenario=scaled, note=note, warmup=RANDOM_WARMUP_SECONDS,
+                     load_seconds=drawn.load_seconds)
 
 
 def _peak_gpus(case: BenchCase, sweep: CapacitySweep, tps: Sequence[int], window: float = 900.0) -> float:

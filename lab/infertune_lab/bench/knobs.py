@@ -22,15 +22,15 @@ from dataclasses import dataclass, replace
 
 from infertune.planner.request import DEFAULT_BURST_HEADROOM_PERCENT
 from infertune.planner.types import Layout
-from infertune_lab.bench.capacity import CapacitySweep
+from infertune_lab.bench.capacity import HAND_PICKED, CapacitySweep
+from infertune_lab.bench.cases import peak_demand
 from infertune_lab.bench.keda import THRESHOLD
 from infertune_lab.bench.keda_slo import Band, KedaSlo
-from infertune_lab.bench.oracle import Window, peak_demand, static_layout
+from infertune_lab.bench.oracle import Window, static_layout
 from infertune_lab.bench.policies import KV_TARGET, HpaKv, KedaQueue, Oracle, Policy, Static
 from infertune_lab.bench.runner import RunSetup
 from infertune_lab.bench.tuned import Infertune, bench_resource
 
-HAND_PICKED = (4, 8)  # the load test's hand pick: TP4, max-num-seqs 8
 BURST_HEADROOM_PERCENT = (0, DEFAULT_BURST_HEADROOM_PERCENT, 40)
 STATIC_SCALE = (0.75, 1.0, 1.25)
 KV_TARGETS = (0.4, 0.6, KV_TARGET)
@@ -89,7 +89,7 @@ def _scaled(layout: Layout, scale: float, pool_gpus: int) -> Layout:
 
 def _static(ctx: Context) -> list[Built]:
     picked = ctx.sweep.measure(ctx.setup.case.shape_at(0.0), *HAND_PICKED)
-    sized = static_layout(picked, ctx.windows, ctx.pool_gpus)
+    sized = static_layout(picked, max(w.demand_rps for w in ctx.windows), ctx.pool_gpus)
     heaviest = max(ctx.windows, key=lambda w: w.demand_rps).layout
     out: list[Built] = []
     seen: set[Layout] = set()
@@ -107,7 +107,7 @@ def _static(ctx: Context) -> list[Built]:
 def _first(ctx: Context) -> Layout:
     """The hand-picked layout the autoscalers scale, starting at the first window's size."""
     picked = ctx.sweep.measure(ctx.setup.case.shape_at(0.0), *HAND_PICKED)
-    return Layout(*HAND_PICKED, static_layout(picked, ctx.windows[:1], ctx.pool_gpus).replicas)
+    return Layout(*HAND_PICKED, static_layout(picked, ctx.windows[0].demand_rps, ctx.pool_gpus).replicas)
 
 
 def _max_replicas(ctx: Context) -> int:

@@ -31,7 +31,6 @@ from infertune_lab.bench.runner import PolicyRun, RunSetup, run_policy
 from infertune_lab.bench.tuned import bench_resource, slo_of
 from infertune_lab.sim import ReplicaConfig
 
-HAND_PICKED = knobs.HAND_PICKED
 POLICIES = knobs.POLICIES
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)
 POOL_GPUS = 64
@@ -88,24 +87,42 @@ def _jobs(setup: RunSetup, built: Sequence[tuple[Setting, Policy]]) -> list[Job]
     return sorted(((setup, s, p) for s, p in built), key=lambda job: job[1].policy != "infertune")
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A scenario ready to run: its case, and what every policy's run shares."""
+
+    case: BenchCase
+    setup: RunSetup
+    sweep: CapacitySweep
+    tps: tuple[int, ...]
+
+
+def prepare(name: str, options: Options) -> Prepared:
+    """The example resource's SLO and TP sizes, the twin's capacity sweep, and the case sized for the pool."""
+    resolved = bench_resource(options.pool_gpus, options.startup_seconds).resolved()
+    slo = slo_of(resolved)
+    tps = tuple(resolved.request.tp_sizes)
+    sweep = CapacitySweep.shared(_replica(resolved.model.name, resolved.gpu.name), slo)
+    case: BenchCase = build(name, sweep, tps, options.pool_gpus, options.seed, options.duration, options.trace,
+                            options.rate_multiplier)
+    load = options.startup_seconds or case.load_seconds or float(resolved.spec.engine.startup_seconds)
+    price = float(resolved.request.price_per_gpu_hour or 0.0)
+    return Prepared(case, RunSetup(case, sweep.base, load, slo, price, options.pool_gpus), sweep, tps)
+
+
 def run_scenario(name: str, options: Options, progress: Progress = stderr) -> ScenarioResult:
     wall = time.perf_counter()
     unknown = [p for p in options.policies if p not in POLICIES]
     if unknown:
         raise UserError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
-    resolved = bench_resource(options.pool_gpus, options.startup_seconds).resolved()
-    slo = slo_of(resolved)
-    tps = resolved.request.tp_sizes
-    sweep = CapacitySweep.shared(_replica(resolved.model.name, resolved.gpu.name), slo)
-    case: BenchCase = build(name, sweep, tps, options.pool_gpus, options.seed, options.duration, options.trace,
-                            options.rate_multiplier)
-    load = options.startup_seconds or case.load_seconds or float(resolved.spec.engine.startup_seconds)
+    prepared = prepare(name, options)
+    case, setup, sweep = prepared.case, prepared.setup, prepared.sweep
+    load = setup.load_seconds
     progress(f"[{case.name}] {case.note}")
     arrivals = case.arrivals()
     # Hour-long windows for a day or more (a week too), shorter runs in quarters of an hour.
-    windows = schedule(case, sweep, tps, options.pool_gpus, min(3_600.0, max(900.0, case.duration / 24)), arrivals)
-    price = float(resolved.request.price_per_gpu_hour or 0.0)
-    setup = RunSetup(case, sweep.base, load, slo, price, options.pool_gpus)
+    window = min(3_600.0, max(900.0, case.duration / 24))
+    windows = schedule(case, sweep, prepared.tps, options.pool_gpus, window, arrivals)
     ctx = knobs.Context(setup, sweep, windows, options.pool_gpus, arrivals)
     built = [b for name in options.policies for b in knobs.settings(name, ctx, options.frontier)]
     progress(f"[{case.name}] {len(arrivals):,} requests, model load {load:g} s, sweep and schedule "

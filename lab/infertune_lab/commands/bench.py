@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from infertune.errors import UserError
-from infertune_lab.bench.cases import NAMES
+from infertune_lab.bench.cases import NAMES, RANDOM
 from infertune_lab.bench.report import document, text, write
 from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
 
@@ -39,8 +39,9 @@ def _positive(text: str) -> float:
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "bench", help="closed-loop benchmark: infertune vs static, HPA-, KEDA-style and oracle policies")
-    p.add_argument("--scenario", choices=(*NAMES, "all"), default=None,
-                   help="a named scenario, or all of them (default: coding-agent-day unless --trace)")
+    p.add_argument("--scenario", choices=(*NAMES, RANDOM, "all"), default=None,
+                   help="a named scenario, all of them, or random (drawn from --seed; not in all) "
+                        "(default: coding-agent-day unless --trace)")
     p.add_argument("--trace", type=Path, default=None,
                    help="replay a TIMESTAMP,ContextTokens,GeneratedTokens CSV instead of a scenario")
     p.add_argument("--rate-multiplier", type=_positive, default=None,
