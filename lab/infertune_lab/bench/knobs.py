@@ -34,7 +34,7 @@ from infertune_lab.bench.tuned import Infertune, bench_resource
 BURST_HEADROOM_PERCENT = (0, DEFAULT_BURST_HEADROOM_PERCENT, 40)
 STATIC_SCALE = (0.75, 1.0, 1.25)
 KV_TARGETS = (0.4, 0.6, KV_TARGET)
-QUEUE_THRESHOLDS = (1.0, 2.0, THRESHOLD)
+QUEUE_THRESHOLDS = (1.0, THRESHOLD, 20.0)
 SLO_BANDS = (Band(0.35, 0.25), Band(), Band(0.80, 0.60))
 
 

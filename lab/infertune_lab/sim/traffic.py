@@ -316,9 +316,9 @@ class ChatTraceShape:
     output_median: float = 130.0
     output_mean: float = 210.0
     output_max: int = 2_048
-    burst_factor: float = 2.5
-    burst_seconds: float = 45.0
-    calm_seconds: float = 240.0
+    burst_factor: float = 1.6
+    burst_seconds: float = 30.0
+    calm_seconds: float = 270.0
 
     def session_shape(self) -> SessionShape:
         """Its requests as one-turn sessions of the same sizes (what capacity is measured with)."""
