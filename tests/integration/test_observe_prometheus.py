@@ -239,3 +239,15 @@ def test_fit_history_from_range_queries(scene: Scene) -> None:
     assert {round(s.batch) for s in samples} == {4, 8}
     assert all(s.seconds == pytest.approx(0.025, rel=0.01) and 0 < s.weight <= 1 for s in samples)
     assert all(s.context == pytest.approx(5000, rel=0.01) for s in samples)  # from cache_config_info
+
+
+def test_demand_history_from_a_range_query(scene: Scene) -> None:
+    """What a started operator learns its season and bursts from: each deployment's first-token rate
+    over the past, one point a step (every healthy pod answers 2 req/s)."""
+    source = PrometheusSource(scene.prom.url)
+    now = time.time()
+    history = source.demand_history(now - 20, now, step="5s", rate_window="10s")
+    points = history[("ns", "healthy")]
+    assert len(points) >= 2 and all(now - 21 <= p.time <= now + 1 for p in points)
+    assert points[-1].rate == pytest.approx(4.0, rel=0.2)  # two pods at 2 req/s
+    assert all(rate.rate >= 0 for key, series in history.items() for rate in series)

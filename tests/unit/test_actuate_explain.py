@@ -51,3 +51,26 @@ def test_explain_shows_the_pass_interval_and_the_fit_the_operator_learnt() -> No
     line = next(x for x in out.splitlines() if x.startswith("per pass:"))
     assert "interval" in line and "fit+napkin" in line and "slow end" in line
     assert "fit:          TP4 per-pass = napkin terms x (overhead 1, weights 0.3, kv 4.1, compute 0.3)" in out
+
+
+def test_explain_shows_the_demand_sized_for_the_headroom_cost_and_the_rollout() -> None:
+    """From a resource's status: the four demand figures and what drove the sizing, the GPUs the burst
+    headroom holds, and how a re-layout from what runs would roll within the pool."""
+    import yaml
+
+    from infertune.api.policy import parse_policy
+    from infertune.api.spec import parse_spec
+    from infertune.commands.explain import render_explanation
+    from infertune.planner import plan
+    from infertune.planner.request import resolve
+
+    spec = yaml.safe_load((ROOT / "examples/kimi-k2.6-b200.yaml").read_text())["spec"]
+    policy = parse_policy(yaml.safe_load((ROOT / "policies/coding-agent.yaml").read_text())["spec"])
+    resolved = resolve(parse_spec(spec), policy)
+    status = {"applied": {"tensorParallelSize": 8, "maxNumSeqs": 17, "replicas": 2},
+              "recommendation": {"demand": {"currentRps": 1.2, "burstRps": 2.5, "sizedRps": 2.5,
+                                            "drivenBy": "burst"}, "burstHeadroomGpus": 4}}
+    out = render_explanation(resolved, status, plan(resolved.request, None, 0.0), 3)
+    assert "sized for 2.5 req/s one model load ahead (now 1.2, bursts 2.5; driven by burst)" in out
+    assert "burst headroom 15% holds 4 GPU(s): 4 GPU-hours an hour, 96 a day" in out
+    assert "re-layout:    rolls out in" in out and "wave(s)" in out

@@ -35,4 +35,4 @@ def test_rate_multiplier_needs_a_trace(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_unknown_policy_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--policies", "infertune,vpa"]) == 2
-    assert "expected some of infertune,static,hpa-kv,keda-queue,oracle" in capsys.readouterr().err
+    assert "expected some of infertune,static,hpa-kv,keda-queue,keda-slo,oracle" in capsys.readouterr().err

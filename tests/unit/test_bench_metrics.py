@@ -46,7 +46,7 @@ def test_quantile_is_nearest_rank() -> None:
 
 def actuator(load: float = 100.0) -> Actuator:
     fleet = Fleet(None)
-    return Actuator(fleet, ReplicaConfig(num_gpu_blocks=10_000), load)
+    return Actuator(fleet, ReplicaConfig(num_gpu_blocks=10_000), load, pool_gpus=64)
 
 
 def test_scale_up_loads_before_serving_and_gpu_time_counts_from_the_start() -> None:

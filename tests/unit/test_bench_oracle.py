@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from infertune.planner.types import Layout
 from infertune_lab.bench.capacity import LayoutCapacity
-from infertune_lab.bench.oracle import Window, fewest_gpus, peak_demand, staged, static_layout
+from infertune_lab.bench.cases import peak_demand
+from infertune_lab.bench.oracle import Window, fewest_gpus, staged, static_layout
 
 
 def cap(tp: int, c: int, sustained: float, flat_out: float | None = None) -> LayoutCapacity:
@@ -52,8 +53,7 @@ def test_peak_demand_is_the_busiest_bin() -> None:
 
 
 def test_static_is_sized_once_for_the_peak() -> None:
-    windows = [Window(0, 900, 1.0, Layout(8, 16, 2)), Window(900, 1800, 2.6, Layout(8, 16, 6))]
-    assert static_layout(cap(4, 8, 0.25), windows, 64) == Layout(4, 8, 11)
+    assert static_layout(cap(4, 8, 0.25), 2.6, 64) == Layout(4, 8, 11)
     # A layout that never meets the SLO is sized at its flat-out throughput.
-    assert static_layout(cap(4, 8, 0.0, flat_out=0.5), windows, 64) == Layout(4, 8, 6)
-    assert static_layout(cap(4, 8, 0.01), windows, 64) == Layout(4, 8, 16)  # the pool caps it
+    assert static_layout(cap(4, 8, 0.0, flat_out=0.5), 2.6, 64) == Layout(4, 8, 6)
+    assert static_layout(cap(4, 8, 0.01), 2.6, 64) == Layout(4, 8, 16)  # the pool caps it

@@ -42,3 +42,21 @@ def test_old_windows_fall_out_and_faults_or_idle_windows_add_nothing():
     assert history.settled(("ns", "other"), obs(0, 1.0)).mean_prompt_tokens == 1.0
     history.forget(KEY)
     assert history.settled(KEY, obs(1_030, 70_000)).mean_prompt_tokens == 70_000
+
+
+def test_a_growing_context_is_planned_for_one_load_ahead_and_a_steady_one_as_it_is():
+    """Contexts growing 1K tokens a second: a resource whose model loads in 15 s is planned at the
+    context of 15 s ahead, over a window of a load rather than the 15-minute horizon."""
+    history = PressureHistory()
+    for t in range(0, 60):
+        record(history, obs(float(t), 40_000 + 1_000 * t))
+    now = obs(59.0, 99_000)
+    grown = history.settled(KEY, now, horizon=15.0)
+    assert grown.mean_prompt_tokens is not None and grown.mean_prompt_tokens > 99_000 + 10_000
+    # Without a horizon (or with a steady context) the mean over the window stands.
+    assert (history.settled(KEY, now).mean_prompt_tokens or 0) < 99_000
+    steady = PressureHistory()
+    for t in range(0, 60):
+        record(steady, obs(float(t), 50_000 + (t % 2) * 100))
+    flat = steady.settled(KEY, obs(59.0, 50_100), horizon=15.0)
+    assert flat.mean_prompt_tokens is not None and abs(flat.mean_prompt_tokens - 50_050) < 200

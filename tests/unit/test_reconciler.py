@@ -186,3 +186,19 @@ def test_a_deleted_resource_leaves_no_series_on_the_operators_metrics() -> None:
     assert 'name="kimi-k2"' in exposition
     world.reconciler.forget(KEY)
     assert 'name="kimi-k2"' not in world.reconciler.telemetry.exposition()
+
+
+def test_a_started_operator_learns_the_season_the_source_remembers() -> None:
+    """The days of demand Prometheus remembered when first polled become the profile status keeps,
+    before any cycle of the operator's own has seen them."""
+    from infertune.model.forecast import DemandPoint
+
+    world = World()
+    world.converge()
+    world.observe(rate=1.0)
+    days = [DemandPoint(START - 2 * 86_400 + 900 * i, 1.0 + 3.0 * ((i // 4) % 24 >= 9)) for i in range(192)]
+    world.hub.seed_demand(KEY, [], days)
+    world.tune()
+    profile = world.report.current["demandProfile"]
+    assert sum(profile["dailySamples"]) >= 192 and max(profile["daily"]) > 3.0
+    assert world.hub.take_season(KEY) == []  # taken once

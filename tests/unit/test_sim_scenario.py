@@ -10,14 +10,18 @@ import pytest
 from infertune.errors import UserError
 from infertune_lab.sim import RequestRecord, RequestSpec, TrafficSource
 from infertune_lab.sim.scenario import (
+    WEEKLY,
     Phase,
     Scenario,
     coding_agent_day,
     context_growth,
+    drop,
     mean_prompt,
     scaled_to_context,
     scenario,
+    slow_ramp,
     spike,
+    week,
 )
 from infertune_lab.sim.traffic import CODING_AGENT
 
@@ -100,3 +104,37 @@ def test_bad_scenarios_say_what_is_wrong() -> None:
         scenario("nope", 1.0, 60.0)
     with pytest.raises(ValueError, match="time order"):
         Scenario("x", 10.0, CODING_AGENT, (Phase(5.0, 1.0), Phase(1.0, 1.0)))
+
+
+def test_the_week_has_daily_and_weekly_seasonality() -> None:
+    wk = week(peak_rate=2.0)
+    day = 86_400.0
+    monday_peak, saturday_peak = wk.rate_at(14 * 3_600.0), wk.rate_at(5 * day + 14 * 3_600.0)
+    assert monday_peak == wk.peak_rate == 2.0
+    assert saturday_peak == pytest.approx(2.0 * WEEKLY[5])
+    assert wk.rate_at(6 * day + 14 * 3_600.0) < saturday_peak  # Sunday is quieter still
+    assert wk.rate_at(3 * day + 4 * 3_600.0) < 0.2 * monday_peak  # a weekday night
+    for d in range(5):  # every weekday has its afternoon peak
+        assert wk.rate_at(d * day + 14 * 3_600.0) > 3 * wk.rate_at(d * day + 3 * 3_600.0)
+    weekday = wk.expected_sessions(day, 2 * day)
+    weekend = wk.expected_sessions(5 * day, 7 * day) / 2
+    assert weekend / weekday == pytest.approx((WEEKLY[5] + WEEKLY[6]) / 2, rel=0.01)
+
+
+def test_the_drop_falls_to_a_tenth_within_a_minute_and_stays() -> None:
+    sc = drop(peak_rate=1.0, duration=10_000.0)
+    assert sc.rate_at(3_999.0) == 1.0
+    assert sc.rate_at(4_060.0) == pytest.approx(0.1)
+    assert sc.rate_at(9_999.0) == pytest.approx(0.1)
+    starts = [s.arrival for s in drain(sc.traffic(seed=2), sc.duration) if s.turn == 0]
+    before = sum(t < 4_000 for t in starts) / 4_000
+    after = sum(t >= 4_100 for t in starts) / 5_900
+    assert 0.07 < after / before < 0.13
+
+
+def test_the_slow_ramp_climbs_linearly_from_a_tenth_to_the_peak() -> None:
+    sc = slow_ramp(peak_rate=2.0, duration=20_000.0)
+    assert sc.rate_at(0.0) == pytest.approx(0.2)
+    assert sc.rate_at(10_000.0) == pytest.approx(1.1)
+    assert sc.rate_at(20_000.0) == 2.0
+    assert scenario("ramp", 2.0, 20_000.0).phases == sc.phases

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import random
 import statistics
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from infertune.cli import main
+from infertune.errors import UserError
 from infertune_lab.sim import (
     Fleet,
     OpenSessions,
@@ -21,7 +23,7 @@ from infertune_lab.sim import (
     shape,
     window,
 )
-from infertune_lab.sim.traffic import bursty, diurnal, poisson
+from infertune_lab.sim.traffic import CHAT_TRACE, bursty, chat_trace, diurnal, poisson
 
 AZURE = Path("/work/shared/data/azure-llm-inference-trace-2023-code.csv")
 if not AZURE.exists():  # the repo's own copy, on machines without ../shared
@@ -141,3 +143,33 @@ def test_replay_command_writes_every_record(tmp_path: Path, capsys) -> None:  # 
     n = len(window(load_trace(AZURE), 0, 120))
     assert f'"completed": {n}' in out
     assert len(records.read_text().splitlines()) == n + 1
+
+
+def test_the_chat_trace_has_short_prompts_short_answers_and_no_sessions() -> None:
+    rows = chat_trace(20.0, 3_600.0, seed=3)
+    prompts = [r.context_tokens for r in rows]
+    answers = [r.generated_tokens for r in rows]
+    assert 960 < statistics.median(prompts) < 1_080 and 1_090 < statistics.mean(prompts) < 1_210
+    assert 122 < statistics.median(answers) < 138 and 195 < statistics.mean(answers) < 225
+    assert max(prompts) <= CHAT_TRACE.prompt_max and min(answers) >= 1
+    long = chat_trace(5.0, 8 * 3_600.0, seed=3)  # some hundred bursts: the mean rate holds
+    assert abs(len(long) / (8 * 3_600.0) / 5.0 - 1) < 0.1
+    replay = TraceReplay(rows)
+    assert all(replay.pop().session == "" for _ in range(100))  # no session: nothing reused across requests
+    assert rows == chat_trace(20.0, 3_600.0, seed=3) and rows != chat_trace(20.0, 3_600.0, seed=4)
+
+
+def test_the_chat_trace_bursts_where_poisson_arrivals_would_not() -> None:
+    def busiest_minute(times: list[float]) -> float:
+        counts = collections.Counter(int(t // 60) for t in times)
+        return max(counts.values()) / (len(times) / (max(times) / 60))
+
+    chat = [r.offset for r in chat_trace(20.0, 7_200.0, seed=5)]
+    plain = list(itertools.takewhile(lambda t: t < 7_200.0, poisson(20.0, random.Random(5))))
+    assert busiest_minute(chat) > 1.35  # bursts at 1.6x the calm rate
+    assert busiest_minute(plain) < 1.15
+
+
+def test_a_chat_trace_needs_a_rate_and_a_duration() -> None:
+    with pytest.raises(UserError, match="rate and a duration"):
+        chat_trace(0.0, 60.0)

@@ -18,12 +18,14 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from infertune_lab.bench.metrics import Slo, attainment
 from infertune_lab.sim import ClosedLoop, Fleet, OpenSessions, ReplicaConfig, SessionShape
 from infertune_lab.sim.scenario import turns_per_session
 from infertune_lab.sim.traffic import poisson
 
+HAND_PICKED = (4, 8)  # the load test's hand pick, TP4 and max-num-seqs 8: what static and the autoscalers run
 # A layout qualifies for the oracle when this share of its requests met each SLO in the sweep.
 QUALIFYING_ATTAINMENT = 0.99
 CONCURRENCY_GRID = (4, 8, 12, 16, 20, 24, 32, 40, 48, 64)
@@ -45,7 +47,18 @@ class LayoutCapacity:
 
 
 class CapacitySweep:
-    """The exhaustive sweep, cached for one benchmark run (the replica model is fixed per run)."""
+    """The exhaustive sweep, cached per (replica model, SLO): `shared` hands every scenario of one
+    benchmark process the same table, since the layouts' capacity does not depend on the scenario."""
+
+    _shared: ClassVar[dict[tuple[str, Slo], CapacitySweep]] = {}
+
+    @classmethod
+    def shared(cls, base: ReplicaConfig, slo: Slo) -> CapacitySweep:
+        """The process's sweep for this replica model and SLO (measured once, reused by every scenario)."""
+        key = (repr(base), slo)  # the config holds a dict of fits: its repr is its identity
+        if key not in cls._shared:
+            cls._shared[key] = cls(base, slo)
+        return cls._shared[key]
 
     def __init__(self, base: ReplicaConfig, slo: Slo, warmup: float = 300.0, duration: float = 1_200.0,
                  seed: int = 0) -> None:

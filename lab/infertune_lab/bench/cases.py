@@ -8,27 +8,43 @@ has room to over- or under-provision. The traffic is rebuilt from the seed for e
 - spike: a third of the peak, then 3x for the middle fifth of the run, reached in 60 s;
 - context-growth: a steady session rate whose mean prompt grows from 40K to 100K tokens;
 - azure-code (or any `--trace`): the trace replayed `rate_multiplier` times faster, back to back
-  until the duration is over. Its rows carry no sessions, so nothing is cached across requests.
+  until the duration is over. Its rows carry no sessions, so nothing is cached across requests;
+- chat: a generated chat-shaped trace (sim.traffic.chat_trace: ~1K-token prompts, ~200-token
+  answers, bursts, no sessions), its rate set so its heaviest 5 minutes need FILL of the pool;
+- week: seven WORKDAY days scaled by the day of the week (sim.scenario.WEEKLY);
+- drop: the peak, then 10% of it within 60 s, for the last 60% of the run;
+- ramp: from 10% of the peak to the peak, linearly over the run.
+
+The last four also run with a 60 s model load (`<name>-load60`) as well as the resource's 900 s.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from infertune.errors import UserError
-from infertune_lab.bench.capacity import CapacitySweep, LayoutCapacity
+from infertune_lab.bench.capacity import HAND_PICKED, CapacitySweep, LayoutCapacity
 from infertune_lab.sim import RequestRecord, SessionShape, TraceReplay, TrafficSource, load_trace
-from infertune_lab.sim.scenario import Scenario, scaled_to_context, scenario, turns_per_session
+from infertune_lab.sim.scenario import Scenario, random_scenario, scaled_to_context, scenario, turns_per_session
 from infertune_lab.sim.trace import TraceRow
-from infertune_lab.sim.traffic import CODING_AGENT
+from infertune_lab.sim.traffic import CHAT_TRACE, CODING_AGENT, chat_trace
 
 AZURE_CODE = Path(__file__).resolve().parents[3] / "../shared/data/azure-llm-inference-trace-2023-code.csv"
-NAMES = ("coding-agent-day", "spike", "context-growth", "azure-code")
-DURATIONS = {"coding-agent-day": 86_400.0, "spike": 14_400.0, "context-growth": 21_600.0, "azure-code": 7_200.0}
+BASE_NAMES = ("coding-agent-day", "spike", "context-growth", "azure-code", "chat", "week", "drop", "ramp")
+DURATIONS = {"coding-agent-day": 86_400.0, "spike": 14_400.0, "context-growth": 21_600.0, "azure-code": 7_200.0,
+             "chat": 7_200.0, "week": 7 * 86_400.0, "drop": 14_400.0, "ramp": 21_600.0}
+# The scenarios it was not built on run with a fast model load as well (a cached image, a small model).
+FAST_LOAD = "-load60"
+FAST_LOAD_SECONDS = 60.0
+NAMES = (*BASE_NAMES, *(f"{n}{FAST_LOAD}" for n in ("chat", "week", "drop", "ramp")))
+# A scenario drawn from the seed (sim.scenario.random_scenario); not part of "all".
+RANDOM = "random"
+RANDOM_DURATION = 3_600.0
 FILL = 0.85  # share of the pool the hindsight-best layout needs at the scenario's peak
 # A session's next turn comes one answer later; the oracle's hindsight demand replays the
 # sessions with this answer time (about 1,000 tokens at the SLO's 25 tok/s, plus TTFT).
@@ -36,6 +52,9 @@ DRY_RUN_ANSWER_SECONDS = 42.0
 # Traffic runs this long before the scored run starts, on every policy's starting layout, so the
 # run opens with sessions in flight and warm caches, as a day does; it is neither charged nor scored.
 WARMUP_SECONDS = 1_800.0
+CHAT_WARMUP_SECONDS = 300.0
+RANDOM_WARMUP_SECONDS = 600.0
+DEMAND_BIN_SECONDS = 300.0  # demand is the busiest five minutes of a window
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,8 @@ class BenchCase:
     rate_multiplier: float = 1.0
     note: str = ""
     warmup: float = WARMUP_SECONDS
+    load_seconds: float | None = None  # None: the resource's spec.engine.startupSeconds
+    shape: SessionShape | None = None  # what capacity is measured with, when the generator knows it
 
     def traffic(self) -> TrafficSource:
         """A fresh source in run time (the warm-up, then the scenario): the same requests for every policy."""
@@ -61,6 +82,8 @@ class BenchCase:
 
     def shape_at(self, t: float) -> SessionShape:
         """The session shape whose capacity table applies at scored time t."""
+        if self.shape is not None:
+            return self.shape
         if self.scenario is None:
             return trace_shape(self.trace)
         context = self.scenario.context_at(t)
@@ -79,6 +102,17 @@ class BenchCase:
                 times.append(spec.arrival - self.warmup)
             source.on_finish(RequestRecord(spec, "dry", spec.arrival, spec.arrival + DRY_RUN_ANSWER_SECONDS, 0, 0))
         return times
+
+
+def peak_demand(arrivals: Sequence[float], start: float, end: float, bin_seconds: float = DEMAND_BIN_SECONDS) -> float:
+    """The highest request rate of any `bin_seconds` stretch in [start, end)."""
+    best, t = 0.0, start
+    while t < end:
+        stop = min(t + bin_seconds, end)
+        count = bisect.bisect_left(arrivals, stop) - bisect.bisect_left(arrivals, t)
+        best = max(best, count / (stop - t))
+        t = stop
+    return best
 
 
 def looped(rows: Sequence[TraceRow], multiplier: float, duration: float) -> list[TraceRow]:
@@ -111,9 +145,20 @@ def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, s
     if trace is not None or name == "azure-code":
         return _trace_case(name if trace is None else trace.stem, trace or AZURE_CODE, sweep, tps, pool_gpus, seed,
                            duration or DURATIONS["azure-code"], rate_multiplier)
+    if name == RANDOM:
+        return _random_case(sweep, pool_gpus, seed, duration or RANDOM_DURATION)
     if name not in NAMES:
-        raise UserError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, all")
-    length = duration or DURATIONS[name]
+        raise UserError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, {RANDOM}, all")
+    base = name.removesuffix(FAST_LOAD)
+    load = FAST_LOAD_SECONDS if base != name else None
+    length = duration or DURATIONS[base]
+    case = _chat_case(sweep, tps, pool_gpus, seed, length) if base == "chat" else \
+        _session_case(base, sweep, tps, pool_gpus, seed, length)
+    return replace(case, name=name, load_seconds=load)
+
+
+def _session_case(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, seed: int,
+                  length: float) -> BenchCase:
     # A first guess from the base shape, then scaled so that the heaviest window of the hindsight
     # demand needs FILL of the pool (contexts that grow change both turns per session and capacity).
     best = best_capacity(sweep, CODING_AGENT, tps)
@@ -124,9 +169,47 @@ def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, s
     case = BenchCase(name, length, seed, scenario=scenario(name, peak_sessions, length))
     note = (f"{length / 3600:g} h; peak {peak_sessions:.3f} sessions/s, sized so the hindsight-best layouts "
             f"need {FILL:.0%} of {pool_gpus} GPUs in the heaviest window")
-    if name == "coding-agent-day" and length < 86_400:
-        note += f"; the day is compressed {86_400 / length:g}x"
+    natural = DURATIONS[name]
+    if name in ("coding-agent-day", "week") and length < natural:
+        note += f"; compressed {natural / length:g}x"
     return replace(case, note=note)
+
+
+def _chat_case(sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, seed: int, length: float) -> BenchCase:
+    """The generated chat trace over the warm-up and the run, at the mean rate whose heaviest
+    window needs FILL of the pool (a probe at a guessed rate measures how far bursts lift it).
+    A stateless trace needs only a short warm-up: there are no sessions or caches to fill."""
+    warmup = CHAT_WARMUP_SECONDS
+    shape = CHAT_TRACE.session_shape()
+    probe_rate = 10.0
+    probe = BenchCase("chat", length, seed, trace=tuple(chat_trace(probe_rate, warmup + length, seed)),
+                      warmup=warmup, shape=shape)
+    best = best_capacity(sweep, shape, tps)
+    rate = probe_rate * FILL * pool_gpus / _peak_gpus(probe, sweep, tps)
+    rows = tuple(chat_trace(rate, warmup + length, seed))
+    prompt = statistics.mean(r.context_tokens for r in rows)
+    answer = statistics.mean(r.generated_tokens for r in rows)
+    note = (f"generated chat trace, {length / 3600:g} h: {rate:.1f} req/s on average, ~{prompt:,.0f}-token prompts, "
+            f"~{answer:,.0f}-token answers, bursts, no sessions; sized so the heaviest window needs {FILL:.0%} of "
+            f"{pool_gpus} GPUs at TP{best.tp} c={best.max_num_seqs}")
+    return BenchCase("chat", length, seed, trace=rows, note=note, warmup=warmup, shape=shape)
+
+
+def _random_case(sweep: CapacitySweep, pool_gpus: int, seed: int, length: float) -> BenchCase:
+    """The seed's random scenario, sized so that the hand-picked layout sized for its peak (what
+    static runs) needs FILL of the pool; its model load is the one drawn."""
+    drawn = random_scenario(seed, length)
+    probe = BenchCase(RANDOM, length, seed, scenario=drawn.scenario, warmup=RANDOM_WARMUP_SECONDS)
+    picked = sweep.measure(drawn.scenario.shape, *HAND_PICKED)
+    per_replica = picked.sustained_rps or picked.requests_per_second
+    need = peak_demand(probe.arrivals(), 0.0, length) / per_replica * picked.tp
+    peak = FILL * pool_gpus / need
+    sc = drawn.scenario
+    scaled = replace(sc, phases=tuple(replace(p, rate=p.rate * peak) for p in sc.phases))
+    note = (f"random scenario {seed} ({drawn.description}), {length / 3600:g} h; peak {peak:.3f} sessions/s, sized "
+            f"so TP{picked.tp} c={picked.max_num_seqs} sized for the peak needs {FILL:.0%} of {pool_gpus} GPUs")
+    return BenchCase(RANDOM, length, seed, scenario=scaled, note=note, warmup=RANDOM_WARMUP_SECONDS,
+                     load_seconds=drawn.load_seconds)
 
 
 def _peak_gpus(case: BenchCase, sweep: CapacitySweep, tps: Sequence[int], window: float = 900.0) -> float:

@@ -7,8 +7,9 @@ horizontal.go), with the defaults of a v2 HPA that sets no `behavior`:
   ceil(currentMetric / target x pods), unless the ratio is within the 10% tolerance
   (--horizontal-pod-autoscaler-tolerance 0.1); for a Pods metric (calcPlainMetricReplicas) pods
   with no metric yet (a vLLM pod loading its weights serves no /metrics) count as using the target
-  on a scale-down and 0 on a scale-up, and a change of direction that this causes cancels the
-  change; terminating pods are left out;
+  on a scale-down and 0 on a scale-up, Pending pods count as 0 on a scale-up and not at all on a
+  scale-down, and a change of direction that this causes cancels the change; terminating pods are
+  left out;
 - for an External metric with an AverageValue target (GetExternalPerPodMetricReplicas, what KEDA
   creates) the count is ceil(sum / target), with the same tolerance against status.replicas;
 - stabilisation (stabilizeRecommendationWithBehaviors): the result stays between the lowest
@@ -50,27 +51,35 @@ DEFAULT_SCALE_DOWN = ScalingRules(300.0, (ScalingPolicy("Percent", 100, 15.0),))
 
 
 def plain_metric_replicas(current: int, metrics: Mapping[str, float], pods: Sequence[str], target: float,
-                          tolerance: float = TOLERANCE) -> int:
+                          tolerance: float = TOLERANCE, unready: Sequence[str] = ()) -> int:
     """calcPlainMetricReplicas: a per-pod metric with an AverageValue target.
 
-    `pods` are the Deployment's non-terminating pods; those absent from `metrics` are missing.
+    `pods` are the Deployment's placed, non-terminating pods; those absent from `metrics` are
+    missing (a vLLM pod loading its weights serves no /metrics). `unready` are its Pending pods,
+    which groupPods sets apart: left out of the ratio, and counted as 0 only on a scale-up.
     """
     values = {p: metrics[p] for p in pods if p in metrics}
     missing = [p for p in pods if p not in metrics]
     if not values:
-        return current  # "did not receive metrics for any ready pods": the HPA changes nothing
+        return current  # "did not receive metrics for targeted pods": the HPA changes nothing
     ratio = sum(values.values()) / len(values) / target
-    if not missing:
+    up_with_unready = bool(unready) and ratio > 1.0
+    if not up_with_unready and not missing:
         if abs(1.0 - ratio) <= tolerance:
             return current
         return math.ceil(ratio * len(values))
     filled = dict(values)
     for pod in missing:
         filled[pod] = target if ratio < 1.0 else 0.0
+    if up_with_unready:
+        filled.update(dict.fromkeys(unready, 0.0))
     new_ratio = sum(filled.values()) / len(filled) / target
     if abs(1.0 - new_ratio) <= tolerance or (ratio < 1.0 < new_ratio) or (ratio > 1.0 > new_ratio):
         return current
-    return math.ceil(new_ratio * len(filled))
+    wanted = math.ceil(new_ratio * len(filled))
+    if (new_ratio < 1.0 and wanted > current) or (new_ratio > 1.0 and wanted < current):
+        return current
+    return wanted
 
 
 def external_average_replicas(status_replicas: int, total: float, target: float,

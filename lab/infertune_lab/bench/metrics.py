@@ -10,7 +10,10 @@ each have their own attainment, and cost and goodput stand beside them.
 - gpu_hours: every replica that exists (loading, serving, draining) x its TP, over the run;
 - cost_per_million_tokens: gpu_hours x price per GPU-hour / output tokens x 1e6;
 - goodput_tokens_per_gpu_hour: output tokens of requests meeting both SLOs / gpu_hours;
-- seconds_past_cliff: seconds in which any replica had KV usage >= 0.98 or preempted.
+- seconds_past_cliff: seconds in which any replica had KV usage >= 0.98 or preempted;
+- peak_gpus: the most GPUs held at once by pods that exist and are not Pending (never more than
+  the pool); peak_pending_gpus: the most GPUs Pending pods waited for at once (what was asked
+  beyond the pool's room).
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ class PolicyResult:
     output_tokens: int
     peak_gpus: int
     wall_seconds: float
+    peak_pending_gpus: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
@@ -108,7 +112,7 @@ class PolicyResult:
 
 def summarize(policy: str, records: Iterable[RequestRecord], unfinished: int, slo: Slo, gpu_seconds: float,
               price_per_gpu_hour: float, seconds_past_cliff: float, relayouts: int, peak_gpus: int,
-              wall_seconds: float) -> PolicyResult:
+              wall_seconds: float, peak_pending_gpus: int = 0) -> PolicyResult:
     recs = list(records)
     ttft_share, tps_share = attainment(recs, slo, unfinished)
     ttfts = [r.ttft for r in recs]
@@ -126,4 +130,5 @@ def summarize(policy: str, records: Iterable[RequestRecord], unfinished: int, sl
         goodput_tokens_per_gpu_hour=good / gpu_hours if gpu_hours > 0 else 0.0,
         preemptions=sum(r.preemptions for r in recs), seconds_past_cliff=seconds_past_cliff,
         relayouts=relayouts, output_tokens=output, peak_gpus=peak_gpus, wall_seconds=wall_seconds,
+        peak_pending_gpus=peak_pending_gpus,
     )

@@ -17,9 +17,7 @@ from dataclasses import dataclass, replace
 from infertune.errors import UserError
 from infertune.planner.types import Layout
 from infertune_lab.bench.capacity import CapacitySweep, LayoutCapacity
-from infertune_lab.bench.cases import BenchCase
-
-DEMAND_BIN_SECONDS = 300.0
+from infertune_lab.bench.cases import BenchCase, peak_demand
 
 
 @dataclass(frozen=True)
@@ -28,17 +26,6 @@ class Window:
     end: float
     demand_rps: float
     layout: Layout
-
-
-def peak_demand(arrivals: Sequence[float], start: float, end: float, bin_seconds: float = DEMAND_BIN_SECONDS) -> float:
-    """The highest request rate of any `bin_seconds` stretch in [start, end)."""
-    best, t = 0.0, start
-    while t < end:
-        stop = min(t + bin_seconds, end)
-        count = bisect.bisect_left(arrivals, stop) - bisect.bisect_left(arrivals, t)
-        best = max(best, count / (stop - t))
-        t = stop
-    return best
 
 
 def fewest_gpus(rows: Sequence[LayoutCapacity], demand: float, pool_gpus: int, previous: Layout | None) -> Layout:
@@ -92,10 +79,9 @@ def staged(windows: Sequence[Window], now: float, load_seconds: float) -> Layout
     return current
 
 
-def static_layout(capacity: LayoutCapacity, windows: Sequence[Window], pool_gpus: int) -> Layout:
-    """A hand-picked layout sized once for the run's peak demand: at the rate it sustains within the
-    SLO, or, if it never does, at its flat-out throughput (all a load test of it can offer)."""
-    peak = max(w.demand_rps for w in windows)
+def static_layout(capacity: LayoutCapacity, peak: float, pool_gpus: int) -> Layout:
+    """A hand-picked layout sized once for a peak demand (requests/s): at the rate it sustains within
+    the SLO, or, if it never does, at its flat-out throughput (all a load test of it can offer)."""
     rate = capacity.sustained_rps or capacity.requests_per_second
     replicas = max(1, math.ceil(peak / rate)) if rate > 0 else 1
     return Layout(capacity.tp, capacity.max_num_seqs, min(replicas, max(1, pool_gpus // capacity.tp)))

@@ -5,6 +5,7 @@ else to the fleet.
 - static: a hand-picked layout sized once for the peak, never changed;
 - hpa-kv: an HPA on the Pods metric `vllm:kv_cache_usage_perc`, AverageValue 0.8 (bench.hpa);
 - keda-queue: a KEDA ScaledObject on `vllm:num_requests_waiting`, threshold 5 (bench.keda);
+- keda-slo: llm-d's SLO-aware KEDA loop on P90 latency against the SLO (bench.keda_slo);
 - oracle: the hindsight schedule (bench.oracle), staged one model load ahead, blue/green.
 
 The HPA and KEDA scale replicas only; their layout is the hand-picked one, as it is for teams that
@@ -20,7 +21,7 @@ from typing import Protocol
 from infertune.planner.types import Layout
 from infertune_lab.bench.actuation import Actuator
 from infertune_lab.bench.hpa import SYNC_PERIOD, Hpa, plain_metric_replicas
-from infertune_lab.bench.keda import Keda
+from infertune_lab.bench.keda import THRESHOLD, Keda
 from infertune_lab.bench.oracle import Window, staged
 
 KV_TARGET = 0.8
@@ -84,8 +85,9 @@ class HpaKv:
         pods = actuator.serving()
         # A pod loading its weights has no /metrics yet: prometheus-adapter returns nothing for it.
         metrics = {r.name: r.engine.kv_usage for r in pods if actuator.ready(r)}
-        current = len(pods)
-        wanted = plain_metric_replicas(current, metrics, [r.name for r in pods], self.target)
+        current = len(pods) + len(actuator.pending)
+        wanted = plain_metric_replicas(current, metrics, [r.name for r in pods], self.target,
+                                       unready=[p.name for p in actuator.pending])
         final = self.hpa.normalize(current, wanted, now)
         if final != _desired(actuator):
             actuator.apply(replace(self.layout, replicas=final))
@@ -96,13 +98,14 @@ class KedaQueue:
     layout: Layout
     max_replicas: int
     min_replicas: int = 1
+    threshold: float = THRESHOLD
     name: str = "keda-queue"
     max_surge: int | None = 1
     keda: Keda = field(init=False)
     _next_sync: float = 0.0
 
     def __post_init__(self) -> None:
-        self.keda = Keda(self.max_replicas, self.min_replicas)
+        self.keda = Keda(self.max_replicas, self.min_replicas, self.threshold)
 
     def start(self) -> Layout:
         return self.layout
@@ -113,7 +116,7 @@ class KedaQueue:
         self._next_sync = now + SYNC_PERIOD
         pods = actuator.serving()
         waiting = sum(len(r.engine.waiting) for r in pods if actuator.ready(r))
-        final = self.keda.desired(now, len(pods), waiting)
+        final = self.keda.desired(now, len(pods) + len(actuator.pending), waiting)
         if final != _desired(actuator):
             actuator.apply(replace(self.layout, replicas=final))
 

@@ -30,6 +30,7 @@ class RunSetup:
     load_seconds: float
     slo: Slo
     price_per_gpu_hour: float
+    pool_gpus: int  # every policy's pods share this many GPUs; the rest wait Pending
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def run_policy(setup: RunSetup, policy: Policy) -> PolicyRun:
     traffic = CountedTraffic(setup.case.traffic(), begin, end)
     fleet = Fleet(traffic, router="session-affinity", seed=setup.case.seed, sample_interval=CLIFF_SAMPLE_SECONDS)
     first = policy.start()  # before the actuator: infertune's strategy comes with the workload it renders
-    actuator = Actuator(fleet, setup.replica, setup.load_seconds, policy.max_surge, origin=begin)
+    actuator = Actuator(fleet, setup.replica, setup.load_seconds, setup.pool_gpus, policy.max_surge, origin=begin)
     actuator.start(first)
     fleet.run_until(begin)
     cliff = CliffMeter(CLIFF_SAMPLE_SECONDS)
@@ -92,5 +93,6 @@ def run_policy(setup: RunSetup, policy: Policy) -> PolicyRun:
     records = [r for r in fleet.records if begin <= r.spec.arrival < end]
     result = summarize(policy.name, records, traffic.arrived - len(records), setup.slo, actuator.gpu_seconds,
                        setup.price_per_gpu_hour, cliff.seconds, actuator.relayouts,
-                       max((p.gpus for p in actuator.timeline), default=0), time.perf_counter() - wall)
+                       max((p.gpus for p in actuator.timeline), default=0), time.perf_counter() - wall,
+                       peak_pending_gpus=max((p.pending_gpus for p in actuator.timeline), default=0))
     return PolicyRun(result, tuple(actuator.timeline))

@@ -1,4 +1,5 @@
-"""One scenario, every policy: build the case, the sweep and the schedules, run the policies.
+"""One scenario, every policy: build the case, the sweep and the schedules, run the policies (at
+their default settings, or with `frontier` at every setting of their knob, bench.knobs).
 
 The twin's replicas follow the load test's measured per-pass line at TP8, 5.2 ms + 1.65 ms x B
 (docs/sources.md#kimi-b200), and the calibrated napkin elsewhere, the same truth for every policy;
@@ -17,19 +18,20 @@ from pathlib import Path
 
 from infertune.errors import UserError
 from infertune.model import LinearFit
-from infertune.planner.types import Layout
+from infertune_lab.bench import knobs
 from infertune_lab.bench.actuation import FleetPoint
 from infertune_lab.bench.capacity import CapacitySweep
 from infertune_lab.bench.cases import BenchCase, build
+from infertune_lab.bench.frontier import FrontierPoint
+from infertune_lab.bench.knobs import Setting
 from infertune_lab.bench.metrics import PolicyResult
-from infertune_lab.bench.oracle import Window, peak_demand, schedule, static_layout
-from infertune_lab.bench.policies import HpaKv, KedaQueue, Oracle, Policy, Static
+from infertune_lab.bench.oracle import Window, schedule
+from infertune_lab.bench.policies import Policy
 from infertune_lab.bench.runner import PolicyRun, RunSetup, run_policy
-from infertune_lab.bench.tuned import Infertune, bench_resource, slo_of
+from infertune_lab.bench.tuned import bench_resource, slo_of
 from infertune_lab.sim import ReplicaConfig
 
-POLICIES = ("infertune", "static", "hpa-kv", "keda-queue", "oracle")
-HAND_PICKED = (4, 8)  # the load test's hand pick: TP4, max-num-seqs 8
+POLICIES = knobs.POLICIES
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)
 POOL_GPUS = 64
 
@@ -44,12 +46,13 @@ def stderr(line: str) -> None:
 class Options:
     seed: int = 0
     pool_gpus: int = POOL_GPUS
-    startup_seconds: float | None = None  # None: the example resource's spec.engine.startupSeconds
+    startup_seconds: float | None = None  # None: the scenario's, else the example's spec.engine.startupSeconds
     duration: float | None = None  # None: the scenario's own
     trace: Path | None = None
     rate_multiplier: float | None = None
     policies: tuple[str, ...] = POLICIES
     processes: int = 2
+    frontier: bool = False  # every setting of each policy's knob (bench.knobs), not only its default
 
 
 @dataclass(frozen=True)
@@ -59,37 +62,52 @@ class ScenarioResult:
     duration: float
     load_seconds: float
     pool_gpus: int
-    results: dict[str, PolicyResult]
+    results: dict[str, PolicyResult]  # each policy at its default setting
     timelines: dict[str, tuple[FleetPoint, ...]]
     windows: tuple[Window, ...] = field(default=())
     wall_seconds: float = 0.0
+    frontier: dict[str, tuple[FrontierPoint, ...]] = field(default_factory=dict)  # with Options.frontier
 
 
 def _replica(model: str, gpu: str) -> ReplicaConfig:
     return ReplicaConfig(model=model, gpu=gpu, fits={8: SEED_000_TP8})
 
 
-def _policies(names: Sequence[str], setup: RunSetup, sweep: CapacitySweep, windows: Sequence[Window],
-              tps: Sequence[int], pool_gpus: int, arrivals: Sequence[float]) -> list[Policy]:
-    case = setup.case
-    picked = sweep.measure(case.shape_at(0.0), *HAND_PICKED)
-    first = Layout(*HAND_PICKED, static_layout(picked, windows[:1], pool_gpus).replicas)
-    max_replicas = pool_gpus // HAND_PICKED[0]
-    first_demand = peak_demand(arrivals, 0.0, windows[0].end)
-    resource = bench_resource(pool_gpus, setup.load_seconds, first_demand)
-    build_one: dict[str, Callable[[], Policy]] = {
-        "infertune": lambda: Infertune(resource),
-        "static": lambda: Static(static_layout(picked, windows, pool_gpus)),
-        "hpa-kv": lambda: HpaKv(first, max_replicas),
-        "keda-queue": lambda: KedaQueue(first, max_replicas),
-        "oracle": lambda: Oracle(windows, setup.load_seconds),
-    }
-    return [build_one[n]() for n in names]
+Job = tuple[RunSetup, Setting, Policy]
 
 
-def _run(job: tuple[RunSetup, Policy]) -> tuple[str, PolicyRun]:
-    setup, policy = job
-    return policy.name, run_policy(setup, policy)
+def _run(job: Job) -> tuple[Setting, PolicyRun]:
+    setup, setting, policy = job
+    return setting, run_policy(setup, policy)
+
+
+def _jobs(setup: RunSetup, built: Sequence[tuple[Setting, Policy]]) -> list[Job]:
+    """Longest first, so the two processes finish together: the operator's cycle makes an
+    infertune run several times the cost of any other."""
+    return sorted(((setup, s, p) for s, p in built), key=lambda job: job[1].policy != "infertune")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A scenario ready to run: its case, and what every policy's run shares."""
+
+    case: BenchCase
+    setup: RunSetup
+    sweep: CapacitySweep
+    tps: tuple[int, ...]
+
+
+def prepare(name: str, options: Options) -> Prepared:
+    """The example resource's SLO and TP sizes, the twin's capacity sweep, and the case sized for the pool."""
+    resolved = bench_resource(options.pool_gpus, options.startup_seconds).resolved()
+    slo = slo_of(resolved)
+    tps = tuple(resolved.request.tp_sizes)
+    sweep = CapacitySweep.shared(_replica(resolved.model.name, resolved.gpu.name), slo)
+    case: BenchCase = build(name, sweep, tps, options.pool_gpus, options.seed, options.duration, options.trace,
+                            options.rate_multiplier)
+    load = options.startup_seconds or case.load_seconds or float(resolved.spec.engine.startup_seconds)
+    price = float(resolved.request.price_per_gpu_hour or 0.0)
+    return Prepared(case, RunSetup(case, sweep.base, load, slo, price, options.pool_gpus), sweep, tps)
 
 
 def run_scenario(name: str, options: Options, progress: Progress = stderr) -> ScenarioResult:
@@ -97,34 +115,37 @@ def run_scenario(name: str, options: Options, progress: Progress = stderr) -> Sc
     unknown = [p for p in options.policies if p not in POLICIES]
     if unknown:
         raise UserError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
-    resolved = bench_resource(options.pool_gpus, options.startup_seconds).resolved()
-    load = options.startup_seconds or float(resolved.spec.engine.startup_seconds)
-    slo = slo_of(resolved)
-    tps = resolved.request.tp_sizes
-    sweep = CapacitySweep(_replica(resolved.model.name, resolved.gpu.name), slo)
-    case: BenchCase = build(name, sweep, tps, options.pool_gpus, options.seed, options.duration, options.trace,
-                            options.rate_multiplier)
+    prepared = prepare(name, options)
+    case, setup, sweep = prepared.case, prepared.setup, prepared.sweep
+    load = setup.load_seconds
     progress(f"[{case.name}] {case.note}")
     arrivals = case.arrivals()
-    windows = schedule(case, sweep, tps, options.pool_gpus, max(900.0, case.duration / 24), arrivals)
-    price = float(resolved.request.price_per_gpu_hour or 0.0)
-    setup = RunSetup(case, sweep.base, load, slo, price)
-    policies = _policies(options.policies, setup, sweep, windows, tps, options.pool_gpus, arrivals)
+    # Hour-long windows for a day or more (a week too), shorter runs in quarters of an hour.
+    window = min(3_600.0, max(900.0, case.duration / 24))
+    windows = schedule(case, sweep, prepared.tps, options.pool_gpus, window, arrivals)
+    ctx = knobs.Context(setup, sweep, windows, options.pool_gpus, arrivals)
+    built = [b for name in options.policies for b in knobs.settings(name, ctx, options.frontier)]
     progress(f"[{case.name}] {len(arrivals):,} requests, model load {load:g} s, sweep and schedule "
-             f"{time.perf_counter() - wall:.1f} s; running {', '.join(p.name for p in policies)}")
-    runs: dict[str, PolicyRun] = {}
-    jobs = [(setup, p) for p in policies]
+             f"{time.perf_counter() - wall:.1f} s; running {len(built)} runs of "
+             f"{', '.join(options.policies)}")
+    runs: dict[tuple[str, str], PolicyRun] = {}
+    jobs = _jobs(setup, built)
+
+    def done(setting: Setting, run: PolicyRun) -> None:
+        runs[setting.key] = run
+        progress(f"[{case.name}] {setting.policy} ({setting.label}): {run.result.wall_seconds:.1f} s wall")
+
     if options.processes > 1 and len(jobs) > 1:
         with multiprocessing.get_context("fork").Pool(min(options.processes, len(jobs))) as pool:
-            for policy_name, run in pool.imap_unordered(_run, jobs):
-                runs[policy_name] = run
-                progress(f"[{case.name}] {policy_name}: {run.result.wall_seconds:.1f} s wall")
+            for setting, run in pool.imap_unordered(_run, jobs, chunksize=1):
+                done(setting, run)
     else:
         for job in jobs:
-            policy_name, run = _run(job)
-            runs[policy_name] = run
-            progress(f"[{case.name}] {policy_name}: {run.result.wall_seconds:.1f} s wall")
-    ordered = [p.name for p in policies]
+            done(*_run(job))
+    defaults = {s.policy: runs[s.key] for s, _ in built if s.default}
+    frontier = {name: tuple(FrontierPoint(s.label, runs[s.key].result, s.default) for s, _ in built if s.policy == name)
+                for name in options.policies} if options.frontier else {}
     return ScenarioResult(case.name, case.note, case.duration, load, options.pool_gpus,
-                          {n: runs[n].result for n in ordered}, {n: runs[n].timeline for n in ordered},
-                          tuple(windows), time.perf_counter() - wall)
+                          {n: defaults[n].result for n in options.policies},
+                          {n: defaults[n].timeline for n in options.policies},
+                          tuple(windows), time.perf_counter() - wall, frontier)

@@ -73,12 +73,15 @@ class BenchResource:
 
 
 def bench_resource(pool_gpus: int, startup_seconds: float | None = None,
-                   expected_rps: float | None = None) -> BenchResource:
+                   expected_rps: float | None = None, burst_headroom_percent: int | None = None) -> BenchResource:
     """The example resource sized for the bench's pool. Only the pool and replica bounds, the load
-    time, the metrics source (the pods) and the starting demand hint (when given) change; the SLO,
-    TP sizes, concurrency range and guardrails are the example's and the policy's own."""
+    time, the metrics source (the pods), the starting demand hint and the burst headroom (when
+    given; its frontier's knob) change; the SLO, TP sizes, concurrency range and guardrails are the
+    example's and the policy's own."""
     doc, policy = _document(EXAMPLE), _document(POLICY)
     spec = doc["spec"]
+    if burst_headroom_percent is not None:
+        spec["tuning"]["burstHeadroomPercent"] = burst_headroom_percent
     spec["hardware"]["poolGpus"] = pool_gpus
     spec["tuning"]["replicas"]["max"] = pool_gpus // min(spec["tuning"]["tensorParallelSizes"])
     spec["metrics"] = {"source": "Pods"}

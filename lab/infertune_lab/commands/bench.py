@@ -13,8 +13,8 @@ from typing import Any
 
 from infertune.commands._inputs import dump_json, number, writable_dir
 from infertune.errors import UserError
-from infertune_lab.bench.cases import NAMES
-from infertune_lab.bench.report import document, markdown, write
+from infertune_lab.bench.cases import NAMES, RANDOM
+from infertune_lab.bench.report import document, text, write
 from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
 
 MAX_VIRTUAL_SECONDS = 30 * 86_400.0  # a month of traffic; more is a typo, and NaN would never end
@@ -31,8 +31,9 @@ def _policies(text: str) -> tuple[str, ...]:
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "bench", help="closed-loop benchmark: infertune vs static, HPA-, KEDA-style and oracle policies")
-    p.add_argument("--scenario", choices=(*NAMES, "all"), default=None,
-                   help="a named scenario, or all four (default: coding-agent-day unless --trace)")
+    p.add_argument("--scenario", choices=(*NAMES, RANDOM, "all"), default=None,
+                   help="a named scenario, all of them, or random (drawn from --seed; not in all) "
+                        "(default: coding-agent-day unless --trace)")
     p.add_argument("--trace", type=Path, default=None,
                    help="replay a TIMESTAMP,ContextTokens,GeneratedTokens CSV instead of a scenario")
     p.add_argument("--rate-multiplier", type=number(0, 1000, above=True), default=None,
@@ -47,8 +48,11 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=0)
     p.add_argument("--processes", type=number(1, 64, integer=True), default=2,
                    help="policies run in parallel (default 2)")
+    p.add_argument("--frontier", action="store_true",
+                   help="run every policy at each setting of its own knob and report attainment against GPU-hours")
     p.add_argument("--output", choices=("table", "json"), default="table")
-    p.add_argument("--report", type=Path, default=None, help="write bench.md and bench-<scenario>.png here")
+    p.add_argument("--report", type=Path, default=None,
+                   help="write bench.md and bench-<scenario>.png (and -frontier.png) here")
     p.set_defaults(func=handle)
 
 
@@ -70,13 +74,13 @@ def handle(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--trace {args.trace}: no such file")
     options = Options(seed=args.seed, pool_gpus=args.pool_gpus, startup_seconds=args.startup_seconds,
                       duration=args.duration, trace=args.trace, rate_multiplier=args.rate_multiplier,
-                      policies=args.policies, processes=max(1, args.processes))
+                      policies=args.policies, processes=max(1, args.processes), frontier=args.frontier)
     results: list[ScenarioResult] = [run_scenario(name, options) for name in _scenarios(args)]
     if args.output == "json":
         docs = [document(r) for r in results]
         print(dump_json(docs[0] if len(docs) == 1 else docs))
     else:
-        print("\n\n".join(markdown(r) for r in results))
+        print("\n\n".join(text(r) for r in results))
     if args.report is not None:
         for path in write(results, args.report):
             stderr(f"wrote {path}")

@@ -20,6 +20,7 @@ block size) so a stretch costs O(block size), not O(streams); there are no per-t
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -170,6 +171,12 @@ class Engine:
     @property
     def capacity_tokens(self) -> int:
         return self.total_blocks * self.block_size
+
+    def first_tokens_after(self, t: float) -> list[tuple[float, float]]:
+        """(when, TTFT) of every request still here whose first token came after `t`: what a gateway
+        streaming the answers has observed of them so far (finished ones are in the records)."""
+        held = itertools.chain(self.running, self.waiting)
+        return [(r.first_token, r.first_token - r.spec.arrival) for r in held if r.first_token > t]
 
     def set_max_num_seqs(self, value: int) -> None:
         if value < 1:

@@ -16,6 +16,7 @@ so the mean prompt follows the target with a lag of about one session length.
 from __future__ import annotations
 
 import bisect
+import math
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -23,7 +24,7 @@ from functools import lru_cache
 from itertools import pairwise
 
 from infertune.errors import UserError
-from infertune_lab.sim.traffic import CODING_AGENT, OpenSessions, SessionShape, TrafficSource
+from infertune_lab.sim.traffic import CHAT, CHAT_TRACE, CODING_AGENT, OpenSessions, SessionShape, TrafficSource
 
 # Context targets are rounded to this many tokens so the shapes a scenario hands out are few
 # and cached; 250 tokens is well under 1% of any coding-agent prompt.
@@ -211,10 +212,102 @@ def context_growth(peak_rate: float, duration: float = 7_200.0, start_tokens: fl
     return Scenario("context-growth", duration, CODING_AGENT, phases)
 
 
+# A week from Monday 00:00: the WORKDAY profile every day, scaled by the day's share of a weekday.
+# Stylised (not fitted): production LLM traffic follows the working day and drops at the weekend
+# (docs/sources.md#azure-llm-2024: a week of Azure's code and conversation services).
+WEEKLY = (1.00, 1.00, 1.00, 1.00, 0.95, 0.45, 0.35)
+
+
+def week(peak_rate: float, duration: float = 7 * 86_400.0) -> Scenario:
+    """Seven WORKDAY days, Monday to Sunday, each scaled by WEEKLY: daily and weekly seasonality.
+    `duration` shorter than a week compresses it."""
+    hour = duration / (24 * len(WEEKLY))
+    phases = tuple(Phase((d * 24 + h) * hour, peak_rate * WEEKLY[d] * WORKDAY[h])
+                   for d in range(len(WEEKLY)) for h in range(24))
+    return Scenario("week", duration, CODING_AGENT, (*phases, Phase(duration, peak_rate * WEEKLY[0] * WORKDAY[0])))
+
+
+def drop(peak_rate: float, duration: float = 14_400.0, ramp: float = 60.0, floor: float = 0.10) -> Scenario:
+    """The peak rate for the first 40% of the run, then down to `floor` of it within `ramp` seconds
+    and there to the end: what a policy keeps paying for after its traffic has gone."""
+    at = 0.4 * duration
+    phases = (Phase(0.0, peak_rate), Phase(at, peak_rate), Phase(at + ramp, peak_rate * floor))
+    return Scenario("drop", duration, CODING_AGENT, phases)
+
+
+def slow_ramp(peak_rate: float, duration: float = 21_600.0, floor: float = 0.10) -> Scenario:
+    """From `floor` of the peak to the peak, linearly over the whole run: a launch's adoption."""
+    phases = (Phase(0.0, peak_rate * floor), Phase(duration, peak_rate))
+    return Scenario("ramp", duration, CODING_AGENT, phases)
+
+
+# --- scenarios nobody chose --------------------------------------------------------------------
+@dataclass(frozen=True)
+class RandomScenario:
+    """A scenario drawn from a seed (rates relative to its peak, 1 session/s), its model-load time,
+    and what was drawn, in words."""
+
+    scenario: Scenario
+    load_seconds: float
+    description: str
+
+
+def random_scenario(seed: int, duration: float = 3_600.0) -> RandomScenario:
+    """Traffic nobody tuned for: a random request shape (coding-agent sessions at a random context,
+    chat sessions, or one-shot chat requests), and a rate that is the product of a seasonality (a
+    sinusoid of random period, amplitude and phase), a linear trend, up to two lasting steps (a
+    third to three times, reached in a minute) and up to three bursts (1.5 to 3 times, 1 to 10
+    minutes), normalised to a peak of 1; and a model load between 60 and 900 s. The same seed gives
+    the same scenario."""
+    rng = random.Random(f"random-scenario/{seed}")
+    kind = rng.choice(("coding-agent", "chat", "one-shot"))
+    if kind == "coding-agent":
+        context = rng.choice((20_000, 40_000, 60_000, 80_000))
+        shape, what = scaled_to_context(CODING_AGENT, context), f"coding-agent sessions at {context // 1000}K"
+    elif kind == "chat":
+        shape, what = CHAT, "chat sessions"
+    else:
+        shape, what = CHAT_TRACE.session_shape(), "one-shot chat requests"
+    amplitude, period = rng.uniform(0.0, 0.5), rng.uniform(0.5, 2.0) * duration
+    phase, trend = rng.uniform(0.0, 2 * math.pi), rng.uniform(-0.6, 0.6)
+    steps = [(rng.uniform(0.2, 0.8) * duration, math.exp(rng.uniform(math.log(1 / 3), math.log(3))))
+             for _ in range(rng.randint(0, 2))]
+    bursts = [(rng.uniform(0.05, 0.9) * duration, rng.uniform(60.0, 600.0), rng.uniform(1.5, 3.0))
+              for _ in range(rng.randint(0, 3))]
+    load = float(round(rng.uniform(60.0, 900.0), -1))
+    ramp = 60.0
+
+    def rate(t: float) -> float:
+        season = 1 + amplitude * math.sin(2 * math.pi * t / period + phase)
+        level = season * max(0.1, 1 + trend * (t / duration - 0.5))
+        for at, factor in steps:
+            level *= 1 + (factor - 1) * min(1.0, max(0.0, (t - at) / ramp))
+        for at, length, factor in bursts:
+            rise = min(1.0, max(0.0, (t - at) / 30.0), max(0.0, (at + length - t) / 30.0))
+            level *= 1 + (factor - 1) * rise
+        return level
+
+    edges = {*(float(t) for t in range(0, int(duration) + 1, 120))}
+    edges |= {min(duration, max(0.0, e)) for at, _ in steps for e in (at, at + ramp)}
+    edges |= {min(duration, max(0.0, e))
+              for at, length, _ in bursts for e in (at, at + 30, at + length - 30, at + length)}
+    times = sorted(edges)
+    levels = [rate(t) for t in times]
+    top = max(levels)
+    phases = tuple(Phase(t, max(level / top, 0.02)) for t, level in zip(times, levels, strict=True))
+    description = (f"{what}; seasonality {amplitude:.0%} over {period / 3600:.1f} h, trend {trend:+.0%} over the run, "
+                   f"steps {' '.join(f'x{f:.2f}' for _, f in steps) or 'none'}, {len(bursts)} burst(s), "
+                   f"model load {load:g} s")
+    return RandomScenario(Scenario(f"random-{seed}", duration, shape, phases), load, description)
+
+
 SCENARIOS: dict[str, Callable[..., Scenario]] = {
     "coding-agent-day": coding_agent_day,
     "spike": spike,
     "context-growth": context_growth,
+    "week": week,
+    "drop": drop,
+    "ramp": slow_ramp,
 }
 
 
@@ -226,5 +319,6 @@ def scenario(name: str, peak_rate: float, duration: float) -> Scenario:
     return build(peak_rate=peak_rate, duration=duration)
 
 
-__all__ = ["SCENARIOS", "WORKDAY", "Phase", "Scenario", "coding_agent_day", "context_growth", "mean_prompt",
-           "scaled_to_context", "scenario", "spike", "turns_per_session"]
+__all__ = ["SCENARIOS", "WEEKLY", "WORKDAY", "Phase", "RandomScenario", "Scenario", "coding_agent_day",
+           "context_growth", "drop", "mean_prompt", "random_scenario", "scaled_to_context", "scenario", "slow_ramp",
+           "spike", "turns_per_session", "week"]

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from infertune.errors import UserError
 from infertune_lab.sim.records import RequestRecord, RequestSpec
+from infertune_lab.sim.trace import TraceRow
 
 
 class TrafficSource(Protocol):
@@ -294,3 +295,56 @@ class ClosedLoop(_Base):
             return
         del self._sessions[sid], self._user_of[sid]
         self._start_session(user, at)
+
+
+# --- a chat-shaped trace ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChatTraceShape:
+    """What a chat service's request log looks like: one request a row, no sessions, so nothing is
+    reused across requests; lognormal prompt and answer sizes; bursty arrivals.
+
+    Sizes are modelled on the Azure LLM inference trace 2023, conversation (docs/sources.md#chat-trace):
+    prompts around a thousand tokens with a tail of a few thousand, answers of a hundred or two.
+    Arrivals are a two-state Markov-modulated Poisson process (`bursty`): calm stretches (mean
+    `calm_seconds`) and bursts (mean `burst_seconds`) at `burst_factor` times the calm rate, the
+    minute-scale burstiness production LLM traces show (docs/sources.md#chat-trace).
+    """
+
+    prompt_median: float = 1_020.0
+    prompt_mean: float = 1_150.0
+    prompt_max: int = 8_192
+    output_median: float = 130.0
+    output_mean: float = 210.0
+    output_max: int = 2_048
+    burst_factor: float = 1.6
+    burst_seconds: float = 30.0
+    calm_seconds: float = 270.0
+
+    def session_shape(self) -> SessionShape:
+        """Its requests as one-turn sessions of the same sizes (what capacity is measured with)."""
+        return SessionShape("chat-trace", self.prompt_mean, self.prompt_median, self.output_mean, self.output_median,
+                            1, 1, 1 << 40, 0.0, 0.0)
+
+    def prompt(self, rng: random.Random) -> int:
+        return min(self.prompt_max, max(16, round(_lognormal(rng, self.prompt_mean, self.prompt_median))))
+
+    def output(self, rng: random.Random) -> int:
+        return min(self.output_max, max(1, round(_lognormal(rng, self.output_mean, self.output_median))))
+
+
+CHAT_TRACE = ChatTraceShape()
+
+
+def chat_trace(rate: float, duration: float, seed: int = 0, shape: ChatTraceShape = CHAT_TRACE) -> list[TraceRow]:
+    """A generated chat trace: `rate` requests/s on average over [0, duration), as trace rows (the
+    real chat trace is not public; this stands in for its shape, and is the same for a seed)."""
+    if rate <= 0 or duration <= 0:
+        raise UserError(f"a chat trace needs a rate and a duration > 0, got {rate} req/s over {duration} s")
+    rng = random.Random(f"chat-trace/{seed}")
+    rows = []
+    for t in bursty(rate, rng, burst_factor=shape.burst_factor, burst_seconds=shape.burst_seconds,
+                    calm_seconds=shape.calm_seconds):
+        if t >= duration:
+            break
+        rows.append(TraceRow(t, shape.prompt(rng), shape.output(rng)))
+    return rows

@@ -17,6 +17,7 @@ from infertune.controller.status import layout_of
 from infertune.errors import UserError
 from infertune.planner import Candidate, Plan, plan
 from infertune.planner.request import Resolved, resolve
+from infertune.planner.rollout import plan_rollout
 from infertune.planner.types import Layout
 
 
@@ -83,6 +84,7 @@ def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Pla
                      f"{choice.cliff_concurrency:.0f} streams), ${choice.cost_per_million_tokens:.3f}/M tokens, "
                      f"region {choice.region.value}")
         lines.append(f"per pass:     {pass_interval(choice)}")
+    lines += _sizing_lines(resolved, status, the_plan, current)
     last = status.get("recommendation") or {}
     if last:
         lines.append(f"operator:     last cycle recommended TP{last.get('tensorParallelSize', '?')} max-num-seqs "
@@ -109,6 +111,31 @@ def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Pla
     for c in sorted(per_tp.values(), key=lambda c: c.tp)[:top]:
         lines.append(f"  TP{c.tp:<3} max-num-seqs {c.max_num_seqs:<4} rejected: {c.reason}")
     return "\n".join(lines)
+
+
+def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, current: Layout | None) -> list[str]:
+    """What the replicas are sized for, what the burst headroom costs, and what a re-layout from what
+    runs would take (planner/rollout.py)."""
+    lines = []
+    demand = (status.get("recommendation") or {}).get("demand") or {}
+    if demand:
+        parts = ", ".join(f"{name} {demand[key]:g}" for name, key in (
+            ("now", "currentRps"), ("bursts", "burstRps"), ("trend", "trendRps"), ("season", "seasonalRps"))
+            if key in demand)
+        lines.append(f"demand:       sized for {demand.get('sizedRps', '?')} req/s one model load ahead "
+                     f"({parts}; driven by {demand.get('drivenBy', '?')})")
+    headroom = round(resolved.request.demand_headroom * 100)
+    gpus = (status.get("recommendation") or {}).get("burstHeadroomGpus", the_plan.headroom_gpus)
+    lines.append(f"headroom:     burst headroom {headroom}% holds {gpus} GPU(s): {gpus} GPU-hours an hour, "
+                 f"{24 * gpus} a day (spec.tuning.burstHeadroomPercent)")
+    target = the_plan.layout
+    if current is not None and target is not None and not current.same_shape(target):
+        rollout = plan_rollout(current, target, None, resolved.request.pool_gpus,
+                               resolved.request.guardrails.model_load_seconds)
+        lines.append("re-layout:    " + (rollout.describe() if rollout is not None else
+                                         f"does not fit the pool's {resolved.request.pool_gpus} GPUs beside the "
+                                         f"pods that run, even one new pod at a time"))
+    return lines
 
 
 def handle(args: argparse.Namespace) -> int:

@@ -132,6 +132,7 @@ def candidate_json(c: Candidate) -> dict[str, Any]:
         "cost_per_million_output_tokens": _finite(c.cost_per_million_output_tokens),
         "processed_tps": c.processed_tps, "sustainable_rate": c.sustainable_rate,
         "kv_working_set_fraction": _finite(c.kv_working_set_fraction), "kv_tail_fraction": _finite(c.kv_tail_fraction),
+        "kv_risk": _finite(c.kv_risk),
         "cliff_concurrency": _finite(c.cliff_concurrency), "region": c.region.value,
         "pass_source": c.pass_source, "per_pass_ms": c.per_pass_seconds * 1e3,
         "per_pass_low_ms": c.per_pass_low_seconds * 1e3, "per_pass_high_ms": c.per_pass_high_seconds * 1e3,

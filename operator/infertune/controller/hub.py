@@ -37,6 +37,8 @@ class MetricsHub:
     expected: dict[Key, Expected] = field(default_factory=dict)
     fit_backlog: dict[Key, list[FitSample]] = field(default_factory=dict)
     jumps: JumpGuard = field(default_factory=JumpGuard)
+    # Days of demand a source remembered when first polled, for the reconciler to learn the season from.
+    season_backfill: dict[Key, list[DemandPoint]] = field(default_factory=dict)
 
     # --- what the reconciler tells it --------------------------------------------------------
     def route(self, key: Key, route: Route) -> None:
@@ -47,7 +49,7 @@ class MetricsHub:
         self.expected[key] = expected
 
     def forget(self, key: Key) -> None:
-        for store in (self.routes, self.expected, self.fit_backlog):
+        for store in (self.routes, self.expected, self.fit_backlog, self.season_backfill):
             store.pop(key, None)
         self.history.forget(key)
         self.jumps.forget(key)
@@ -82,12 +84,12 @@ class MetricsHub:
             self.fit_backlog[key] = (self.fit_backlog.get(key, []) + samples)[-FIT_BACKLOG_MAX:]
 
     # --- what the reconciler reads -----------------------------------------------------------
-    def observation(self, key: Key) -> Observation | None:
+    def observation(self, key: Key, horizon: float | None = None) -> Observation | None:
         """The resource's Observation from its source's newest snapshot, its request shape averaged
         over the history's horizon (observe/history.py); None before the first poll."""
         route = self.routes.get(key)
         snapshot = None if route is None else self.snapshots.get(route.source)
-        return None if snapshot is None else self.history.settled(key, snapshot.get(*key))
+        return None if snapshot is None else self.history.settled(key, snapshot.get(*key), horizon)
 
     def warning(self, key: Key, obs: Observation | None, headroom: float, now: float) -> CliffWarning | None:
         if obs is None or not obs.available:
@@ -96,6 +98,19 @@ class MetricsHub:
 
     def demand_points(self, key: Key) -> tuple[DemandPoint, ...]:
         return self.history.demand_points(key)
+
+    def seed_demand(self, key: Key, recent: list[DemandPoint], season: list[DemandPoint]) -> None:
+        """What a source remembered of a resource's demand before this process polled it: the recent
+        points join the history (bursts, trend), the days of it wait for the reconciler's profile."""
+        if key not in self.routes:
+            return
+        self.history.seed_demand(key, recent)
+        if season:
+            self.season_backfill[key] = season
+
+    def take_season(self, key: Key) -> list[DemandPoint]:
+        """The remembered days of demand, once."""
+        return self.season_backfill.pop(key, [])
 
     def take_fit_samples(self, key: Key, since: float) -> list[FitSample]:
         """The samples found for `key` since its layout was applied; taken once."""

@@ -46,6 +46,12 @@ POLL_DEADLINE_MIN_SECONDS = 1.0
 
 def poll_deadline(spec: SourceSpec) -> float:
     return max(POLL_DEADLINE_TIMEOUTS * spec.timeout, POLL_DEADLINE_MIN_SECONDS)
+# Demand history read once per resource when a Prometheus first answers for it: days of it for the
+# daily and weekly profile, hours of it at minute steps for the bursts and the trend.
+SEASON_BACKFILL_SECONDS = 7 * 86_400.0
+SEASON_STEP = "15m"
+RECENT_BACKFILL_SECONDS = 3 * 3600.0
+RECENT_STEP = "1m"
 
 
 class Poller:
@@ -58,6 +64,7 @@ class Poller:
         self.poll_seconds = poll_seconds
         self._last_fit_history: dict[SourceSpec, float] = {}
         self._tasks: dict[SourceSpec, asyncio.Task[None]] = {}
+        self._backfilled: set[Key] = set()
 
     async def run_forever(self) -> None:
         try:
@@ -76,6 +83,7 @@ class Poller:
         for spec in [s for s in self._tasks if s not in grouped]:
             self._tasks.pop(spec).cancel()
         self.sources.forget_unused(set(grouped))
+        self._backfilled &= {key for routes in grouped.values() for key in routes}  # deleted ones go
         await self.sources.reap()
         started = []
         for spec, routes in grouped.items():
@@ -114,6 +122,7 @@ class Poller:
         self.hub.ingest(spec, snapshot, routes, poll_samples=not ranged)
         if source is not None and ranged and snapshot.available:
             await self._fit_history(spec, source, now)
+            await self._demand_history(spec, source, routes, now)
 
     async def _read(self, spec: SourceSpec, routes: Mapping[Key, Route],
                     now: float) -> tuple[Snapshot, MetricsSource | None]:
@@ -150,6 +159,25 @@ class Poller:
             except ApiError as exc:
                 log.warning("listing pods failed", namespace=namespace, status=exc.status)
         return pods
+
+    async def _demand_history(self, spec: SourceSpec, source: MetricsSource, routes: Mapping[Key, Route],
+                              now: float) -> None:
+        """Once per resource: the demand the source remembers, so a started operator sizes for bursts
+        and a season it has not polled itself."""
+        fresh = [key for key in routes if key not in self._backfilled]
+        if not fresh:
+            return
+        self._backfilled.update(fresh)
+        fetch = source.demand_history_async  # type: ignore[attr-defined]
+        try:
+            async with asyncio.timeout(poll_deadline(spec)):
+                season = await fetch(now - SEASON_BACKFILL_SECONDS, now, SEASON_STEP)
+                recent = await fetch(now - RECENT_BACKFILL_SECONDS, now, RECENT_STEP)
+        except (SourceError, TimeoutError) as exc:  # the forecast starts from its own polls; nothing depends on it
+            log.warning("demand history query failed", source=spec.label, error=type(exc).__name__)
+            return
+        for key in fresh:
+            self.hub.seed_demand(key, recent.get(key, []), season.get(key, []))
 
     async def _fit_history(self, spec: SourceSpec, source: MetricsSource, now: float) -> None:
         last = self._last_fit_history.get(spec)

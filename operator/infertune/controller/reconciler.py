@@ -59,6 +59,8 @@ from infertune.planner.types import Layout
 Key = tuple[str, str]
 Obj = dict[str, Any]
 PAUSED = "infertune.io/paused"
+# The shortest window the request shape is averaged over (a few polls).
+SHAPE_MIN_S = 30.0
 # How often the learnt demand profile is written to status.
 PROFILE_WRITE_SECONDS = 600.0
 # A timer fires every cycle_seconds; a resource's own interval is honoured to within this share, so
@@ -95,13 +97,15 @@ class Metrics(Protocol):
 
     def expect(self, key: Key, expected: Expected) -> None: ...
 
-    def observation(self, key: Key) -> Observation | None: ...
+    def observation(self, key: Key, horizon: float | None = None) -> Observation | None: ...
 
     def warning(self, key: Key, obs: Observation | None, headroom: float, now: float) -> CliffWarning | None: ...
 
     def take_fit_samples(self, key: Key, since: float) -> list[FitSample]: ...
 
     def demand_points(self, key: Key) -> tuple[DemandPoint, ...]: ...
+
+    def take_season(self, key: Key) -> list[DemandPoint]: ...
 
     def forget(self, key: Key) -> None: ...
 
@@ -368,7 +372,9 @@ class Reconciler:
         running = self._running(resource, workload)
         limits = _limits(resolved, running)
         self.metrics.expect(key, _expected(workload, limits))
-        obs = self.metrics.observation(key)
+        # The request shape is averaged over a model load at most (and at least SHAPE_MIN_S): what the
+        # next layout must hold is the traffic of the next load, not of the last quarter hour.
+        obs = self.metrics.observation(key, max(resolved.request.guardrails.model_load_seconds, SHAPE_MIN_S))
         warning = self.metrics.warning(key, obs, resolved.request.kv_headroom, now)
         memory = self._fit_memory(resource)
         samples = self.metrics.take_fit_samples(key, _timestamp((resource.status.get("applied") or {}).get(
@@ -444,6 +450,10 @@ class Reconciler:
             raw = resource.status.get("demandProfile")
             kept = (profile_from_status(raw), _timestamp((raw or {}).get("updatedAt")) if raw else 0.0)
         profile, written = kept
+        season = self.metrics.take_season(resource.key)
+        if profile.empty and season:  # a first start: the days the source remembers, before any cycle of ours
+            for point in season:
+                profile = profile.updated(point.time, point.rate)
         demand = None if obs is None else obs.demand_rate
         if demand is not None:
             profile = profile.updated(now, demand)

@@ -169,6 +169,15 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
     return DemandOutlook(current, burst, trend, seasonal, horizon_s)
 
 
+def rising(points: Sequence[DemandPoint], now: float, horizon_s: float) -> float | None:
+    """Any figure's value one `horizon_s` ahead when it rises significantly (the same test as the
+    demand's trend), else None: a context that grows is planned for as it will be when a layout
+    ordered now serves."""
+    width = bin_seconds(horizon_s)
+    bins = binned([p for p in points if now - p.time <= max(TREND_WINDOW_BINS * width, horizon_s)], width)
+    return _trend(bins, now, horizon_s, _level(bins, 0.0), width)
+
+
 def _level(bins: Sequence[DemandPoint], current: float) -> float:
     """The demand level now: the last five bins' mean, or the current figure without them."""
     last = list(bins)[-5:]

@@ -216,3 +216,24 @@ def _crossing(t: _Tabulated, lo: npt.NDArray[np.int64], up: npt.NDArray[np.int64
         step = load - excess / rise
         load = np.where((step >= left) & (step <= right), step, (left + right) / 2)
     return np.where(excess_up > 0, load, up_load)  # within at `up` too: only the slack can end the bracket
+
+
+def busy_distribution(servers: npt.NDArray[np.int64], load: FloatArray, most: int) -> FloatArray:
+    """P(n slots busy), n = 0..most, for each (servers, load) pair of M/M/c: below c, the truncated
+    Poisson a^n/n! scaled by P(no wait); at c, every slot busy (Erlang C, the queue included).
+    One row per pair; columns past a pair's own `servers` are 0."""
+    servers, load = np.broadcast_arrays(np.asarray(servers, dtype=np.int64), np.asarray(load, dtype=float))
+    n = np.arange(most + 1)
+    log_factorial = np.concatenate(([0.0], np.cumsum(np.log(np.maximum(n[1:], 1), dtype=float))))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = n * np.log(np.maximum(load, 1e-300))[..., None] - log_factorial
+    below = n < servers[..., None]
+    terms = np.where(below, terms, -np.inf)
+    peak = terms.max(axis=-1, keepdims=True)
+    weights = np.where(below, np.exp(terms - peak), 0.0)
+    total = weights.sum(axis=-1, keepdims=True)
+    waits = erlang_c(servers, load)
+    probabilities: FloatArray = np.where(total > 0, weights / np.where(total > 0, total, 1.0), 0.0)
+    probabilities *= (1.0 - waits)[..., None]
+    at_cap = n == servers[..., None]
+    return np.where(at_cap, waits[..., None], probabilities)

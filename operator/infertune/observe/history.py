@@ -12,7 +12,9 @@ gives the planner the completion-weighted means over the whole horizon instead.
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -24,7 +26,7 @@ from infertune.model.early_warning import (
     cliff_warning,
     working_set_ratio,
 )
-from infertune.model.forecast import DemandPoint
+from infertune.model.forecast import DemandPoint, rising
 from infertune.observe.figures import DeploymentKey
 from infertune.observe.snapshot import Snapshot
 
@@ -106,6 +108,18 @@ class PressureHistory:
         while points and points[0].time < time - self.demand_horizon:
             points.popleft()
 
+    def seed_demand(self, key: DeploymentKey, points: Sequence[DemandPoint]) -> None:
+        """Adds the demand a source remembers from before this process polled it (older points only)."""
+        held = self._demand.setdefault(key, deque(maxlen=DEMAND_POINTS))
+        first = held[0].time if held else math.inf
+        older = sorted((p for p in points if p.time < first), key=lambda p: p.time)
+        if not older:
+            return
+        newest = (older + list(held))[-1].time
+        merged = [p for p in older + list(held) if p.time >= newest - self.demand_horizon]
+        held.clear()
+        held.extend(merged)
+
     def demand_points(self, key: DeploymentKey) -> tuple[DemandPoint, ...]:
         """The demand each recent poll saw, oldest first."""
         return tuple(self._demand.get(key, ()))
@@ -118,18 +132,27 @@ class PressureHistory:
         self._shapes.pop(key, None)
         self._demand.pop(key, None)
 
-    def settled(self, key: DeploymentKey, obs: Observation) -> Observation:
-        """`obs` with its request shape averaged over the horizon (weighted by completions); as it
-        is when nothing has been recorded for the deployment."""
-        shapes = self._shapes.get(key)
+    def settled(self, key: DeploymentKey, obs: Observation, horizon: float | None = None) -> Observation:
+        """`obs` with its request shape averaged over the horizon (weighted by completions), or over
+        the last `horizon` seconds when that is shorter: a resource whose model loads in 15 s must see
+        its contexts grow within a load, not 15 minutes later. As it is when nothing has been recorded."""
+        recorded: Sequence[ShapePoint] = self._shapes.get(key) or ()
+        shapes = recorded
+        if horizon is not None and shapes:
+            shapes = [p for p in shapes if p.time >= obs.sample_time - horizon]
         if not obs.available or not shapes:
             return obs
         total = sum(p.weight for p in shapes)
         cached = [p for p in shapes if p.cached is not None]
         cached_total = sum(p.weight for p in cached)
+        prompt = sum(p.weight * p.prompt for p in shapes) / total
+        if horizon is not None:
+            # A prompt that keeps growing is planned for as it will be one load ahead (never less than now).
+            ahead = rising([DemandPoint(p.time, p.prompt) for p in recorded], obs.sample_time, horizon)
+            prompt = max(prompt, ahead or 0.0)
         return replace(
             obs,
-            mean_prompt_tokens=sum(p.weight * p.prompt for p in shapes) / total,
+            mean_prompt_tokens=prompt,
             mean_generated_tokens=sum(p.weight * p.generated for p in shapes) / total,
             mean_cached_tokens=(sum(p.weight * (p.cached or 0.0) for p in cached) / cached_total
                                 if cached_total > 0 else obs.mean_cached_tokens),

@@ -21,11 +21,12 @@ from typing import Any
 import yarl
 
 from infertune.api.observation import MetricsFault
+from infertune.model.forecast import DemandPoint
 from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, stream_context
 from infertune.observe.fitmemory import FitSample
 from infertune.observe.http import Client, FetchFailed, MiB, origin, run, source_url
-from infertune.observe.promql import Labels, Query, fit_range_queries, poll_queries
+from infertune.observe.promql import Labels, Query, demand_range_query, fit_range_queries, poll_queries
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 
@@ -310,5 +311,32 @@ class PrometheusSource:
                 continue
             context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]), batch)
             out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3], context))
+        return dict(out)
+
+    # --- the demand's history -------------------------------------------------------------------
+    def demand_history(self, start: float, end: float, step: str,
+                       rate_window: str = "5m") -> dict[DeploymentKey, list[DemandPoint]]:
+        return run(self.http, lambda: self.demand_history_async(start, end, step, rate_window))
+
+    async def demand_history_async(self, start: float, end: float, step: str,
+                                   rate_window: str = "5m") -> dict[DeploymentKey, list[DemandPoint]]:
+        """The demand of every deployment over [start, end], one point per step: what a started
+        operator learns the season and the bursts from before its own polls have seen them.
+        FetchFailed on a failure; a point that is no rate (NaN, infinite, negative) is dropped."""
+        query = demand_range_query(rate_window, self.labels, self.namespace, self.deployment)
+        params = {"query": query.promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step}
+        result = await self._get("query_range", params, query, "matrix")
+        out: dict[DeploymentKey, list[DemandPoint]] = defaultdict(list)
+        lab = self.labels
+        for item in result:
+            m = item["metric"]
+            key = (m.get(lab.namespace, ""), m.get(lab.deployment, ""))
+            for t, v in item["values"]:
+                try:
+                    time_, rate = _number(t), _number(v)
+                except _Malformed:
+                    continue
+                if math.isfinite(time_) and math.isfinite(rate) and rate >= 0:
+                    out[key].append(DemandPoint(time_, rate))
         return dict(out)
 

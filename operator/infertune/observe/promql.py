@@ -138,3 +138,16 @@ def fit_range_queries(step: str, labels: Labels = Labels(), namespace: str | Non
         Query("cache_config", f"max by ({g}, num_gpu_blocks, block_size) ({sel(d.CACHE_CONFIG.regex)})",
               "cache_config"),
     )
+
+
+def demand_range_query(rate_window: str, labels: Labels = Labels(), namespace: str | None = None,
+                       deployment: str | None = None) -> Query:
+    """The requests/s each deployment was asked for, as a range query: the first-token rate (what the
+    poll's arrival rate reads), for the demand history a started operator learns its season from."""
+    def sel(names: str) -> str:
+        return selector(names, labels, namespace, deployment)
+
+    g = labels.by("deployment")
+    counts = tuple(n + "_count" for n in d.TTFT.names)
+    return Query("demand", _first(counts, f"sum by ({g}) (rate({{sel}}[{rate_window}]))", sel))
+

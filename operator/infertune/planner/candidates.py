@@ -4,10 +4,15 @@ A row is rejected by the first check it fails, in this order: the weights do not
 group is larger than the pool, the working set crosses the KV headroom line, the per-stream
 SLO is missed, the TTFT SLO is missed.
 
-The KV line is judged on the working set's tail, not its mean: c streams of contexts spread by the
-workload's `context_cv` overshoot c x mean by z x sd x sqrt(c) one time in twenty. A layout whose
-mean sits just under the line crosses it whenever a few long sessions share a replica, and on the
-twin that is where TTFT collapses (TP4 at c=8 for seed 000's traffic: mean 89%, TTFT p95 19 s).
+The KV line is judged at the operating point, not at the cap alone: `--max-num-seqs` is a cap, and
+replicas sized by the queueing model run below it most of the time. At the load a replica is sized
+for, the number of running streams follows the M/M/c busy-slot distribution (model/queueing.py), and
+n streams of contexts spread by the workload's `context_cv` hold a working set of mean n x m and
+spread m x cv x sqrt(n); a layout qualifies when the working set crosses the line no more than
+KV_RISK of the time. A cap whose mean working set is past the KV capacity itself (the cliff) never
+qualifies, however rarely it would fill. (Judged at the cap's tail alone, TP4 at c=8 for the load
+test's traffic, mean 89%, was rejected outright; judged at the cap's mean it ran past the line
+whenever a few long sessions shared a replica: on the twin, TTFT p95 19 s.)
 The per-stream floor is judged the same way: a decode pass slows with the batch's summed context,
 so the floor must hold for a batch that long (the speed at c x the same overshoot). At the mean,
 TP8 c=20 clears 25 tok/s by 5%, and on the twin 11% of its streams decode below it.
@@ -33,13 +38,19 @@ import numpy as np
 import numpy.typing as npt
 
 from infertune.model.perf import LayoutGrid, PerformanceModel, Region, classify_region
-from infertune.model.queueing import sustainable_rates
+from infertune.model.queueing import busy_distribution, sustainable_rates
 from infertune.planner.types import PlanRequest
 
 FloatArray = npt.NDArray[np.float64]
 
-# One-sided 95% normal quantile: the working set may overshoot the KV line one time in twenty.
+# One-sided 95% normal quantile: the per-stream floor is judged on a batch whose context overshoots
+# the mean this far one time in twenty.
 WORKING_SET_Z = 1.645
+# A new layout may have its working set past the KV line this share of the time at its sized load; a
+# running one is torn down only past RUNNING_KV_RISK (so a shape at the boundary is not restarted
+# every time the request shape moves).
+KV_RISK = 0.05
+RUNNING_KV_RISK = 0.25
 
 
 class Verdict(IntEnum):
@@ -75,7 +86,8 @@ class Candidate:
     cost_per_million_tokens: float  # processed tokens, seed 000's measure
     cost_per_million_output_tokens: float
     kv_working_set_fraction: float
-    kv_tail_fraction: float  # the working set's 95th percentile over the pool
+    kv_tail_fraction: float  # the working set's 95th percentile over the pool with every slot busy
+    kv_risk: float  # P(working set past the line) at the load the replica is sized for
     kv_capacity_tokens: float
     cliff_concurrency: float
     safe_concurrency: float
@@ -102,6 +114,7 @@ class CandidateTable:
     cost: FloatArray
     kv_fraction: FloatArray
     kv_tail: FloatArray
+    kv_risk: FloatArray  # P(working set past the line) at the sized load
     tps_tail: FloatArray  # per-stream speed when the batch's context runs to its p95
     sustainable_rate: FloatArray
     headroom_line: float
@@ -130,9 +143,13 @@ class CandidateTable:
         if v is Verdict.EXCEEDS_POOL:
             return f"ExceedsPool: TP{grid.tp} needs more GPUs than the pool has"
         if v is Verdict.OVER_KV_HEADROOM:
-            return (f"OverKVHeadroom: working set up to {tail:.0%} of the KV pool (p95; mean "
-                    f"{float(self.kv_fraction[i]):.0%}) crosses the {self.headroom_line:.0%} line "
-                    f"(cliff at c={grid.cliff_concurrency:.1f})")
+            mean = float(self.kv_fraction[i])
+            if mean > 1.0:
+                return (f"OverKVHeadroom: every slot busy holds {mean:.0%} of the KV pool: past the cliff "
+                        f"(c={grid.cliff_concurrency:.1f})")
+            return (f"OverKVHeadroom: at the load it is sized for, the working set crosses the "
+                    f"{self.headroom_line:.0%} line {float(self.kv_risk[i]):.0%} of the time (every slot busy: "
+                    f"mean {mean:.0%}, p95 {tail:.0%}; cliff at c={grid.cliff_concurrency:.1f})")
         if v is Verdict.STREAM_TPS_BELOW_SLO:
             _, j = self._grid_of(i)
             slow = " at the slow end of its interval (not measured there)" if grid.unmeasured[j] else ""
@@ -157,6 +174,7 @@ class CandidateTable:
             cost_per_million_output_tokens=float(grid.cost_per_million_output[j]),
             kv_working_set_fraction=float(self.kv_fraction[i]),
             kv_tail_fraction=float(self.kv_tail[i]),
+            kv_risk=float(self.kv_risk[i]),
             kv_capacity_tokens=grid.kv_capacity_tokens,
             cliff_concurrency=cliff,
             safe_concurrency=cliff * self.headroom_line,
@@ -181,12 +199,55 @@ def _sizing_e2e(grid: LayoutGrid, perf: PerformanceModel) -> FloatArray:
     return e2e
 
 
+def _normal_sf(z: FloatArray) -> FloatArray:
+    """P(Z > z) for a standard normal (Abramowitz and Stegun 7.1.26, error under 1.5e-7): the core
+    has numpy only, which has no erf."""
+    x = np.abs(z) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    tail = 0.5 * poly * np.exp(-x * x)
+    out: FloatArray = np.where(z >= 0, tail, 1.0 - tail)
+    return out
+
+
+def _crosses(share: FloatArray, streams: FloatArray, cv: float, line: float) -> FloatArray:
+    """P(n streams of mean share `share` and relative spread `cv` hold more than `line` of the pool)."""
+    mean = streams * share
+    if cv <= 0:
+        return (mean > line).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.nan_to_num((line - mean) / (cv * share * np.sqrt(streams)), nan=np.inf, posinf=np.inf, neginf=-np.inf)
+    out: FloatArray = np.where(streams > 0, _normal_sf(z), 0.0)
+    return out
+
+
+def kv_risk(fraction: FloatArray, concurrency: FloatArray, rate: FloatArray, e2e: FloatArray, cv: float,
+            line: float) -> FloatArray:
+    """P(a replica's working set is past `line` of its KV pool) at `rate` requests/s, for each cap:
+    over the busy-slot distribution at that load, n streams of mean share `fraction / c` and relative
+    spread `cv`. The holding time is the full batch's (the longest), so the load is not understated.
+
+    With every slot busy the risk is at its largest, so where even that is small (or the working set
+    is past the pool outright) that bound is the answer; the busy-slot distribution, O(c^2) a row, is
+    weighed only for the caps in between, a handful per TP."""
+    share = np.where(np.isfinite(fraction), fraction, 0.0) / np.maximum(concurrency, 1.0)
+    risk: FloatArray = np.where(np.isfinite(fraction), _crosses(share, concurrency, cv, line), 1.0)
+    between = (risk > KV_RISK) & (fraction <= 1.0) & (rate > 0)
+    if between.any():
+        caps = concurrency[between].astype(np.int64)
+        most = int(caps.max())
+        busy = busy_distribution(caps, np.maximum(rate[between] * e2e[between], 0.0), most)
+        streams = np.arange(most + 1, dtype=float)
+        risk[between] = (busy * _crosses(share[between][:, None], streams, cv, line)).sum(axis=1)
+    return risk
+
+
 def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
     concurrencies = np.arange(request.concurrency_min, request.concurrency_max + 1, dtype=float)
     line = 1.0 - request.kv_headroom
     grids: list[LayoutGrid] = []
     offsets: list[int] = []
-    keys = ("tp", "c", "tps", "tps_tail", "ttft", "cost", "frac", "tail", "rate", "v", "short")
+    keys = ("tp", "c", "tps", "tps_tail", "ttft", "cost", "frac", "tail", "rate", "risk", "v", "short")
     cols: dict[str, list[FloatArray]] = {k: [] for k in keys}
     spread = 1.0 + WORKING_SET_Z * perf.workload.context_cv / np.sqrt(np.maximum(concurrencies, 1.0))
     n = 0
@@ -210,9 +271,6 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
             miss = tps_tail < request.slo.min_stream_tps
             verdict[miss] = Verdict.STREAM_TPS_BELOW_SLO
             short += np.maximum(1.0 - tps_tail / request.slo.min_stream_tps, 0.0)
-        over = tail > line
-        verdict[over] = Verdict.OVER_KV_HEADROOM
-        short += np.maximum(tail / line - 1.0, 0.0) if math.isfinite(line) and line > 0 else 0.0
         if request.pool_gpus is not None and tp > request.pool_gpus:
             verdict[:] = Verdict.EXCEEDS_POOL
             short[:] = math.inf
@@ -239,11 +297,24 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
                                            np.stack([grids[i].ttft_seconds for i in serving]),
                                            request.slo.max_ttft_seconds, request.slo.ttft_percentile)
     cols["rate"] = list(rates)
+    # The KV line at the operating point, now that each row's sized load is known; it is the most
+    # fundamental check after the weights and the pool.
+    # Every TP in one call, as the queueing search is.
+    risks = kv_risk(np.concatenate(cols["frac"]), np.tile(concurrencies, len(grids)), np.concatenate(list(rates)),
+                    np.concatenate([g.e2e_seconds for g in grids]), perf.workload.context_cv, line)
+    cols["risk"] = list(risks.reshape(len(grids), concurrencies.size)) if grids else []
+    for verdict_col, short_col, frac, risk, tail in zip(cols["v"], cols["short"], cols["frac"], cols["risk"],
+                                                       cols["tail"], strict=True):
+        over = ((risk > KV_RISK) | (frac > 1.0)) & (verdict_col != Verdict.EXCEEDS_POOL) & (
+            verdict_col != Verdict.WEIGHTS_DO_NOT_FIT)
+        verdict_col[over] = Verdict.OVER_KV_HEADROOM
+        short_col += np.where(over, np.maximum(tail / line - 1.0, 1e-3), 0.0) if line > 0 else 0.0
     cat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     return CandidateTable(
         grids=tuple(grids), offsets=tuple(offsets), tp=cat["tp"].astype(np.int64), concurrency=cat["c"],
         per_stream_tps=cat["tps"], tps_tail=cat["tps_tail"], ttft_seconds=cat["ttft"], cost=cat["cost"],
-        kv_fraction=cat["frac"], kv_tail=cat["tail"], sustainable_rate=cat["rate"], headroom_line=line,
+        kv_fraction=cat["frac"], kv_tail=cat["tail"], kv_risk=cat["risk"], sustainable_rate=cat["rate"],
+        headroom_line=line,
         verdict=cat["v"].astype(np.int64), shortfall=cat["short"],
         min_stream_tps=request.slo.min_stream_tps, max_ttft_seconds=request.slo.max_ttft_seconds,
         ttft_percentile=request.slo.ttft_percentile,

@@ -14,7 +14,7 @@ from infertune.api.observation import Observation
 from infertune.model.forecast import DemandOutlook
 from infertune.model.perf import PerformanceModel
 from infertune.model.workload import Workload
-from infertune.planner.candidates import Candidate, CandidateTable, Verdict, build_table
+from infertune.planner.candidates import RUNNING_KV_RISK, Candidate, CandidateTable, Verdict, build_table
 from infertune.planner.types import Layout, PlanRequest
 
 
@@ -69,8 +69,8 @@ class Plan:
         if hit.size == 0:
             return None
         row = int(hit[0])
-        if Verdict(int(table.verdict[row])) in _UNSAFE or (table.kv_fraction[row] > table.headroom_line
-                                                           and not over_line):
+        over = table.kv_risk[row] > RUNNING_KV_RISK or table.kv_fraction[row] > 1.0
+        if Verdict(int(table.verdict[row])) in _UNSAFE or (over and not over_line):
             return None
         demand = self.sizing.demand_rps
         low, high, pool = self.sizing.replicas_min, self.sizing.replicas_max, self.sizing.pool_gpus

@@ -1,0 +1,111 @@
+"""What must hold on traffic nobody tuned for: randomised scenarios (sim.scenario.random_scenario: a
+random request shape, seasonality, trend, steps, bursts and model load), drawn from seeds by
+hypothesis, each run by the operator's own reconciler and by static sized for the peak on the same
+pool in virtual time:
+
+- never beyond the pool: no GPU held past it, and no pod asked for past it;
+- a bounded number of re-layouts: at most two an hour (a re-layout costs a model load of double pay);
+- infertune's attainment (the lower of TTFT and TPS) no worse than static sized for the peak, at no
+  more GPU-hours.
+
+Each run is short (an hour scored after a 10-minute warm-up, on a 32-GPU pool), so the examples run
+in a few minutes; a failing example names its seed: `infertune bench --scenario random --seed N
+--pool-gpus 32 --duration 3600 --policies infertune,static` replays it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+from infertune_lab.bench.capacity import HAND_PICKED
+from infertune_lab.bench.cases import peak_demand
+from infertune_lab.bench.frontier import attainment_of
+from infertune_lab.bench.oracle import static_layout
+from infertune_lab.bench.policies import Static
+from infertune_lab.bench.runner import PolicyRun, run_policy
+from infertune_lab.bench.suite import Options, prepare
+from infertune_lab.bench.tuned import Infertune, bench_resource
+
+POOL_GPUS = 32
+DURATION = 3_600.0
+RELAYOUTS_PER_HOUR = 2
+EXAMPLES = 8
+SEEDS = st.integers(min_value=0, max_value=2**31 - 1)
+GENERATION_SEED = 16  # the same scenarios for every property (their runs are shared) and on every machine
+# Every example is a full closed-loop run: no shrinking (each step would rerun it), no deadline.
+PROPERTY = settings(max_examples=EXAMPLES, deadline=None, database=None, phases=(Phase.explicit, Phase.generate),
+                    suppress_health_check=list(HealthCheck))
+
+
+@dataclass(frozen=True)
+class Runs:
+    note: str
+    infertune: PolicyRun
+    static: PolicyRun
+
+
+@functools.cache
+def runs(seed: int) -> Runs:
+    """The seed's random scenario, run by infertune and by static sized for its peak (cached: every
+    property reads the same runs)."""
+    prepared = prepare("random", Options(seed=seed, pool_gpus=POOL_GPUS, duration=DURATION))
+    case, setup = prepared.case, prepared.setup
+    arrivals = case.arrivals()
+    picked = prepared.sweep.measure(case.shape_at(0.0), *HAND_PICKED)
+    static = Static(static_layout(picked, peak_demand(arrivals, 0.0, case.duration), POOL_GPUS))
+    first_demand = peak_demand(arrivals, 0.0, 900.0)
+    ours = Infertune(bench_resource(POOL_GPUS, setup.load_seconds, first_demand))
+    return Runs(f"seed {seed}: {case.note}", run_policy(setup, ours), run_policy(setup, static))
+
+
+@pytest.mark.xfail(strict=True, reason="the operator at 93a99f9 asks beyond the pool: random scenario 0 (coding "
+                                       "agents at 80K, 110 s load, 32-GPU pool) had live pods asking for 44 GPUs")
+@seed(GENERATION_SEED)
+@given(scenario_seed=SEEDS)
+@PROPERTY
+def test_never_beyond_the_pool(scenario_seed: int) -> None:
+    r = runs(scenario_seed)
+    for run in (r.infertune, r.static):
+        assert run.result.peak_gpus <= POOL_GPUS, r.note
+    asked = max(p.asked_gpus for p in r.infertune.timeline)
+    assert asked <= POOL_GPUS, f"{r.note}: infertune asked for {asked} GPUs"
+
+
+@pytest.mark.xfail(strict=True, reason="the operator at 93a99f9 re-lays out three times in the hour of random "
+                                       "scenarios 4643 and 706328 (one-shot chat requests)")
+@seed(GENERATION_SEED)
+@given(scenario_seed=SEEDS)
+@PROPERTY
+def test_a_bounded_number_of_relayouts_per_hour(scenario_seed: int) -> None:
+    r = runs(scenario_seed)
+    bound = RELAYOUTS_PER_HOUR * math.ceil(DURATION / 3_600.0)
+    assert r.infertune.result.relayouts <= bound, r.note
+
+
+@pytest.mark.xfail(strict=True, reason="the operator at 93a99f9 reaches 95.1% where static sized for the peak "
+                                       "reaches 99.95% on random scenario 0, and less on others (docs/bench.md)")
+@seed(GENERATION_SEED)
+@given(scenario_seed=SEEDS)
+@PROPERTY
+def test_no_worse_than_static_sized_for_the_peak_at_no_more_gpu_hours(scenario_seed: int) -> None:
+    r = runs(scenario_seed)
+    ours, static = r.infertune.result, r.static.result
+    assert attainment_of(ours) >= attainment_of(static), (
+        f"{r.note}: attainment {attainment_of(ours):.2%} vs static's {attainment_of(static):.2%}")
+    assert ours.gpu_hours <= static.gpu_hours, (
+        f"{r.note}: {ours.gpu_hours:.1f} GPU-h vs static's {static.gpu_hours:.1f}")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_random_scenario_is_sized_for_the_pool_and_reproducible(seed: int) -> None:
+    first = prepare("random", Options(seed=seed, pool_gpus=POOL_GPUS, duration=DURATION)).case
+    again = prepare("random", Options(seed=seed, pool_gpus=POOL_GPUS, duration=DURATION)).case
+    assert first.scenario == again.scenario and first.load_seconds == again.load_seconds
+    assert first.load_seconds is not None and 60.0 <= first.load_seconds <= 900.0
+    assert f"needs 85% of {POOL_GPUS} GPUs" in first.note
