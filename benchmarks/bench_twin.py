@@ -1,5 +1,5 @@
 """Twin speed: simulated seconds per wall second for a 16-replica coding-agent fleet on the plateau,
-peak memory, and the fidelity figures the twin is held to (seed 001's Llama, seed 000's cliff)."""
+peak memory, and the fidelity figures the twin is held to (seed 001's Llama, the B200 load test's cliff)."""
 
 from __future__ import annotations
 

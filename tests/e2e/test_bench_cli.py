@@ -80,8 +80,6 @@ def test_the_oracle_meets_the_sla_and_static_pays_for_the_peak(spike: dict[str, 
     assert static["relayouts"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="with the operator at 93a99f9, infertune reaches 76.2% TTFT on 111.7 "
-                                       "GPU-h on this 2 h spike, keda-queue 80.9% on 96.1 (docs/bench.md)")
 def test_infertune_uses_fewer_gpu_hours_than_keda_at_no_worse_attainment(spike: dict[str, Any]) -> None:
     ours, keda = spike["policies"]["infertune"], spike["policies"]["keda-queue"]
     assert ours["gpu_hours"] < keda["gpu_hours"]

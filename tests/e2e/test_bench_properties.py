@@ -64,8 +64,6 @@ def runs(seed: int) -> Runs:
     return Runs(f"seed {seed}: {case.note}", run_policy(setup, ours), run_policy(setup, static))
 
 
-@pytest.mark.xfail(strict=True, reason="the operator at 93a99f9 asks beyond the pool: random scenario 0 (coding "
-                                       "agents at 80K, 110 s load, 32-GPU pool) had live pods asking for 44 GPUs")
 @seed(GENERATION_SEED)
 @given(scenario_seed=SEEDS)
 @PROPERTY
@@ -77,8 +75,6 @@ def test_never_beyond_the_pool(scenario_seed: int) -> None:
     assert asked <= POOL_GPUS, f"{r.note}: infertune asked for {asked} GPUs"
 
 
-@pytest.mark.xfail(strict=True, reason="the operator at 93a99f9 re-lays out three times in the hour of random "
-                                       "scenarios 4643 and 706328 (one-shot chat requests)")
 @seed(GENERATION_SEED)
 @given(scenario_seed=SEEDS)
 @PROPERTY

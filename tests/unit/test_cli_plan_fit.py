@@ -21,7 +21,7 @@ SEED_000 = ("plan", "--model", "kimi-k2.6", "--gpu", "b200", "--tp", "4,8", "--w
 
 
 def test_seed_000s_hand_pick_when_every_context_is_the_mean(capsys):
-    """Seed 000's averages (every stream at ~85K tokens) give its own TP4 c=8."""
+    """The B200 load test's averages (every stream at ~85K tokens) give its own TP4 c=8."""
     code, out, _ = run(capsys, *SEED_000, "--context-cv", "0", "--output", "json")
     assert code == 0
     choice = json.loads(out)["choice"]

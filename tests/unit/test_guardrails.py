@@ -15,7 +15,7 @@ NOW = 10_000.0
 
 
 def request(demand: float) -> PlanRequest:
-    # Every context at the mean (seed 000's averages), so the plan's shape is seed 000's TP4 c=8.
+    # Every context at the mean (the B200 load test's averages), so the plan's shape is the B200 load test's TP4 c=8.
     uniform = replace(workload_preset("coding-agent"), context_cv=0.0)
     return PlanRequest(model=load_model("kimi-k2.6"), gpu=load_gpu("b200"), workload=uniform,
                        slo=SloTarget(25.0, 3.0), tp_sizes=(4, 8), concurrency_max=48, pool_gpus=256,

@@ -1,4 +1,4 @@
-"""The online fit: recovering seed 000's line from noisy samples, bounded memory, restart-safe status."""
+"""The online fit: recovering the B200 load test's line from noisy samples, bounded memory, restart-safe status."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from infertune.errors import StatusError
 from infertune.observe import FitMemory, FitSample
 
 
-def _seed000_samples(rng: np.random.Generator, per_batch: int = 12) -> list[FitSample]:
-    # Seed 000: per_pass(B) = 5.2 ms + 1.65 ms x B on 8x B200, sampled at B = 4, 8, 16, 32 with 10% noise.
+def _b200_samples(rng: np.random.Generator, per_batch: int = 12) -> list[FitSample]:
+    # The B200 load test: per_pass(B) = 5.2 ms + 1.65 ms x B on 8x B200, sampled at B = 4, 8, 16, 32 with 10% noise.
     out = []
     for i, batch in enumerate(np.repeat([4, 8, 16, 32], per_batch)):
         seconds = (5.2 + 1.65 * batch) * 1e-3 * (1 + rng.normal(0, 0.10))
@@ -20,14 +20,14 @@ def _seed000_samples(rng: np.random.Generator, per_batch: int = 12) -> list[FitS
     return out
 
 
-def test_recovers_seed000_line_within_10_percent() -> None:
+def test_recovers_the_b200_line_within_10_percent() -> None:
     # With 10% noise the intercept (5.2 ms, under a tenth of the B=32 pass) is the hard part: its
     # standard error is a few percent at 48 samples per batch size, so over 100 independent runs
     # we require 90 within 10% on both coefficients (a statistical claim, stated as one).
     hits, per_pass_16 = 0, []
     for seed in range(100):
         memory = FitMemory(max_samples=256)
-        memory.add(8, _seed000_samples(np.random.default_rng(seed), per_batch=48))
+        memory.add(8, _b200_samples(np.random.default_rng(seed), per_batch=48))
         fit = memory.fit(8)
         assert fit is not None
         hits += abs(fit.intercept_s / 5.2e-3 - 1) < 0.10 and abs(fit.slope_s / 1.65e-3 - 1) < 0.10
@@ -38,7 +38,7 @@ def test_recovers_seed000_line_within_10_percent() -> None:
 
 def test_outliers_and_preemption_polluted_windows_do_not_drag_the_line() -> None:
     rng = np.random.default_rng(7)
-    samples = _seed000_samples(rng)
+    samples = _b200_samples(rng)
     # Windows straddling a preemption storm: passes 3-5x longer at the same batch.
     samples += [FitSample(16.0, 0.12, 1.0, 100.0 + i) for i in range(6)]
     memory = FitMemory()
@@ -52,7 +52,7 @@ def test_outliers_and_preemption_polluted_windows_do_not_drag_the_line() -> None
 def test_layouts_are_fitted_separately() -> None:
     memory = FitMemory()
     rng = np.random.default_rng(1)
-    memory.add(8, _seed000_samples(rng))
+    memory.add(8, _b200_samples(rng))
     memory.add(4, [(b, (8.0 + 2.9 * b) * 1e-3) for b in (2, 4, 8, 12, 16, 24)], now=5.0)
     fits = memory.fits()
     assert set(fits) == {4, 8} and len(fits[4]) == 6 and len(fits[8]) == len(memory.samples(8))
@@ -78,7 +78,7 @@ def test_invalid_samples_are_ignored_not_zero() -> None:
 def test_memory_is_bounded_and_keeps_the_batch_spread() -> None:
     memory = FitMemory(max_samples=32)
     rng = np.random.default_rng(3)
-    memory.add(8, _seed000_samples(rng, per_batch=4))  # 16 samples over 4..32
+    memory.add(8, _b200_samples(rng, per_batch=4))  # 16 samples over 4..32
     # Then hours at one load: 500 more samples at B = 16.
     memory.add(8, [FitSample(16.0, 0.0316, 1.0, 1000.0 + i) for i in range(500)])
     kept = memory.samples(8)
@@ -90,7 +90,7 @@ def test_memory_is_bounded_and_keeps_the_batch_spread() -> None:
 
 def test_status_round_trip_survives_a_restart() -> None:
     memory = FitMemory()
-    memory.add(8, _seed000_samples(np.random.default_rng(11)))
+    memory.add(8, _b200_samples(np.random.default_rng(11)))
     status = json.loads(json.dumps(memory.to_status()))  # what the API server would hand back
     assert len(json.dumps(status)) < 4_000
     restored = FitMemory.from_status(status)

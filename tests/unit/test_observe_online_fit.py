@@ -20,7 +20,7 @@ from infertune_lab.sim import Fleet, OpenSessions, ReplicaConfig, shape
 from infertune_lab.sim.exporter import ReplicaView, render
 from infertune_lab.sim.traffic import bursty
 
-A, B = 5.2e-3, 1.65e-3  # seed 000's line, as the twin's configured fit
+A, B = 5.2e-3, 1.65e-3  # the B200 load test's line, as the twin's configured fit
 
 
 @pytest.mark.parametrize(("workload", "rate"), [("chat", 2.0), ("coding-agent", 0.3)])

@@ -1,4 +1,4 @@
-"""The planner's choice for seed 000's workload, its rejections with reasons, and its properties."""
+"""The planner's choice for the B200 load test's workload, its rejections with reasons, and its properties."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def seed_request(**changes) -> PlanRequest:
 
 
 def test_seed_000_choice_avoids_the_cliff_and_beats_tp4_c8():
-    """Seed 000's own averages (every context the mean) lead to its hand-picked TP4 c=8."""
+    """The B200 load test's own averages (every context the mean) lead to its hand-picked TP4 c=8."""
     result = plan(seed_request(workload=replace(CODING, context_cv=0.0)), None, now=0.0)
     assert result.feasible and result.choice is not None and result.layout is not None
     choice = result.choice

@@ -18,7 +18,7 @@ CODING = replace(workload_preset("coding-agent"), context_cv=0.0)  # the floor a
 
 
 def learnt_at_small_batches() -> dict[int, SampleSet]:
-    """What TP8 learnt running at 2..8 streams (seed 000's pass, 5.2 ms + 1.65 ms x B, spread 3%)."""
+    """What TP8 learnt running at 2..8 streams (the B200 load test's pass, 5.2 ms + 1.65 ms x B, spread 3%)."""
     rng = np.random.default_rng(11)
     batch = np.repeat([2.0, 4.0, 6.0, 8.0], 3)
     seconds = (0.0052 + 0.00165 * batch) * rng.normal(1.0, 0.03, batch.size)

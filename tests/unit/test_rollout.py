@@ -122,6 +122,25 @@ def test_a_shape_past_the_line_by_the_model_alone_stays_when_nothing_can_roll_in
     preempting = replace(fresh(2.0), preemption_rate=0.5)
     d = decide(only_tp8, PlannerState(applied=running), preempting, RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe" and d.target == tp8
+    # ... by a rollout the pool holds: the surge is chosen for it, never left over from the last one.
+    assert d.rollout is not None and d.rollout.peak_gpus <= 64
+
+
+def test_a_preempting_shape_in_a_full_pool_never_asks_past_it():
+    # 8 TP4 pods fill a 32-GPU pool and preempt. TP8 x4 cannot roll in (its last new pod loads beside
+    # the last old one: 36 GPUs), so the running shape stays and nothing is applied past the pool.
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    running = Layout(4, 13, 8)
+    tp8 = Layout(8, 8, 4)
+    only_tp8 = replace(p, layout=tp8, ranked=(tp8,))
+    preempting = replace(fresh(2.0), preemption_rate=0.5)
+    d = decide(only_tp8, PlannerState(applied=running), preempting, RAILS, NOW)
+    assert d.action is not Action.RELAYOUT
+    assert d.target is None or (d.target.same_shape(running) and d.target.gpus <= 32)
+    # TP8 x3 can (24 GPUs once rolled, 28 at its fullest): it goes, with a surge the pool holds.
+    tp8_3 = Layout(8, 8, 3)
+    d = decide(replace(p, layout=tp8_3, ranked=(tp8_3,)), PlannerState(applied=running), preempting, RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.peak_gpus <= 32
 
 
 def test_a_scale_up_mid_rollout_leaves_room_for_the_surge_pod():

@@ -35,7 +35,7 @@ def test_aggregate_climbs_then_flattens(kimi_sweep: dict[int, SweepRow]) -> None
 def test_per_stream_tps_falls(kimi_sweep: dict[int, SweepRow]) -> None:
     tps = [kimi_sweep[c].per_stream_tps for c in (1, 8, 16, 24, 48)]
     assert all(a > b for a, b in itertools.pairwise(tps))
-    # Seed 000: ~54 tok/s at B=8 and 27 at B=16 on the fitted line.
+    # The B200 load test: ~54 tok/s at B=8 and 27 at B=16 on the fitted line.
     assert 40 < kimi_sweep[8].per_stream_tps < 60
     assert 22 < kimi_sweep[16].per_stream_tps < 34
 

@@ -1,4 +1,4 @@
-"""Traffic: seed 000's coding-agent shape, arrival processes, and trace replay with strict parsing."""
+"""Traffic: the B200 load test's coding-agent shape, arrival processes, and trace replay with strict parsing."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from infertune.cli import main
 from infertune.errors import UserError
+from infertune_lab.data import AZURE_CODE_TRACE
 from infertune_lab.sim import (
     Fleet,
     OpenSessions,
@@ -25,9 +26,7 @@ from infertune_lab.sim import (
 )
 from infertune_lab.sim.traffic import CHAT_TRACE, bursty, chat_trace, diurnal, poisson
 
-AZURE = Path("/work/shared/data/azure-llm-inference-trace-2023-code.csv")
-if not AZURE.exists():  # the repo's own copy, on machines without ../shared
-    AZURE = Path(__file__).resolve().parents[2] / "../shared/data/azure-llm-inference-trace-2023-code.csv"
+AZURE = AZURE_CODE_TRACE
 
 
 def turns(name: str, n: int = 20_000) -> list[tuple[int, int, int]]:

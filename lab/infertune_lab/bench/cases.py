@@ -29,12 +29,12 @@ from pathlib import Path
 
 from infertune.errors import UserError
 from infertune_lab.bench.capacity import HAND_PICKED, CapacitySweep, LayoutCapacity
+from infertune_lab.data import AZURE_CODE_TRACE
 from infertune_lab.sim import RequestRecord, SessionShape, TraceReplay, TrafficSource, load_trace
 from infertune_lab.sim.scenario import Scenario, random_scenario, scaled_to_context, scenario, turns_per_session
 from infertune_lab.sim.trace import TraceRow
 from infertune_lab.sim.traffic import CHAT_TRACE, CODING_AGENT, chat_trace
 
-AZURE_CODE = Path(__file__).resolve().parents[3] / "../shared/data/azure-llm-inference-trace-2023-code.csv"
 BASE_NAMES = ("coding-agent-day", "spike", "context-growth", "azure-code", "chat", "week", "drop", "ramp")
 DURATIONS = {"coding-agent-day": 86_400.0, "spike": 14_400.0, "context-growth": 21_600.0, "azure-code": 7_200.0,
              "chat": 7_200.0, "week": 7 * 86_400.0, "drop": 14_400.0, "ramp": 21_600.0}
@@ -143,7 +143,8 @@ def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, s
           duration: float | None = None, trace: Path | None = None, rate_multiplier: float | None = None) -> BenchCase:
     """The named scenario (or a trace replay) sized for `pool_gpus`."""
     if trace is not None or name == "azure-code":
-        return _trace_case(name if trace is None else trace.stem, trace or AZURE_CODE, sweep, tps, pool_gpus, seed,
+        path = trace or AZURE_CODE_TRACE
+        return _trace_case(name if trace is None else trace.stem, path, sweep, tps, pool_gpus, seed,
                            duration or DURATIONS["azure-code"], rate_multiplier)
     if name == RANDOM:
         return _random_case(sweep, pool_gpus, seed, duration or RANDOM_DURATION)

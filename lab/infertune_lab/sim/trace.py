@@ -1,5 +1,5 @@
 """Trace replay: CSV files with columns `TIMESTAMP,ContextTokens,GeneratedTokens` (the Azure LLM
-inference traces in ../shared/data), as an open-loop traffic source.
+inference traces; infertune_lab/data holds the 2023 code trace), as an open-loop traffic source.
 
 The whole file is parsed and checked before anything runs, so a malformed trace fails with one
 error naming its line and no partial replay ever starts. TIMESTAMP is an ISO date-time (any

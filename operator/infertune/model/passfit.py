@@ -59,8 +59,8 @@ class PassPrior:
     `noise` is the relative scatter expected of one sample (a window's mean inter-token latency);
     the other figures are prior standard deviations: the overhead relative to the napkin's, the log of
     each work term's ratio to the common scale (1.0: a term 3x the napkin's share is a one-sigma
-    surprise; seed 000's own pass, 1.65 ms a stream at 80K, puts KV ~4x the napkin's share), and the
-    common scale itself (the napkin is known to miss real stacks by 2-10x, seed 000, so that prior is
+    surprise; the B200 load test's own pass, 1.65 ms a stream at 80K, puts KV ~4x the napkin's share), and the
+    common scale itself (the napkin is known to miss real stacks by 2-10x, the B200 load test, so that prior is
     nearly flat).
     """
 
@@ -326,7 +326,7 @@ def line_samples(line: LinearFit, points: int = 8) -> tuple[FloatArray, FloatArr
 @lru_cache(maxsize=512)
 def fit_from_line(model: ModelProfile, gpu: GpuSpec, tp: int, line: LinearFit, context: float,
                   napkin: NapkinAssumptions) -> PassFit:
-    """The physics fit of a line given by hand (seed 000's 5.2 ms + 1.65 ms x B) at the workload's context.
+    """The physics fit of a line given by hand (the B200 load test's 5.2 ms + 1.65 ms x B) at the workload's context.
     Cached: the planner builds a model per call, and this must not refit every time."""
     batches, seconds = line_samples(line)
     contexts = np.full(batches.shape, context)

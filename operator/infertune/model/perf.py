@@ -12,7 +12,7 @@ The per-pass time comes from, in order of trust:
 A fit may be given as live samples (SampleSet), a fitted PassFit, or a measured line (LinearFit, read
 back over the batches it was measured at). Every prediction carries an interval (low, high): the fit's
 posterior band, which widens away from the samples; for the napkin, the spread first-principles
-napkins are known to miss real stacks by (seed 000: 2-10x; the public sweeps in
+napkins are known to miss real stacks by (the B200 load test: 2-10x; the public sweeps in
 docs/model-validation.md: 1.6-4x), and for a calibrated napkin a band that widens with the distance
 in TP from the calibrated layout.
 
@@ -61,7 +61,7 @@ CLIMB_ELASTICITY = 0.6
 BEND_ELASTICITY = 0.28
 
 # Without samples the napkin's band is its known miss: first-principles napkins land 2-10x off real
-# stacks (seed 000); on the public sweeps of docs/model-validation.md it was 1.6-4x over.
+# stacks (the B200 load test); on the public sweeps of docs/model-validation.md it was 1.6-4x over.
 NAPKIN_SPREAD = 3.0
 # A calibration carried to another TP: the band widens by this factor per octave of TP away.
 TRANSFER_SPREAD_PER_OCTAVE = 1.25
@@ -362,7 +362,7 @@ class PerformanceModel:
         return prefill_tokens_per_second(self.model, self.gpu, tp, self.napkin)
 
     def ttft(self, tp: int, concurrency: float) -> float:
-        """Seed 000's TTFT: a request's fresh tokens prefill while sharing compute with the batch."""
+        """The B200 load test's TTFT: a request's fresh tokens prefill while sharing compute with the batch."""
         fresh = self.workload.prefill_tokens_for_ttft
         return self.queue_wait_seconds + fresh * concurrency / self.prefill_rate(tp)
 

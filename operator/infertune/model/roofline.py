@@ -1,4 +1,4 @@
-"""Seed 000's napkin chain: MoE occupancy, bytes per pass, memory and compute roofline, TP overhead.
+"""The B200 load test's napkin chain: MoE occupancy, bytes per pass, memory and compute roofline, TP overhead.
 
     per_pass_bytes(B) = routed experts hit + shared weights + KV reads
     memory_time(B)    = bytes / (TP x bandwidth x sync_efficiency(TP) x MBU x shard_efficiency(TP))
@@ -29,22 +29,22 @@ class NapkinAssumptions:
 
     mbu: float = 0.60
     mfu_decode: float = 0.50
-    # Seed 000: 6.4% MFU during prefill (78K tok/s on 8x B200).
+    # The B200 load test: 6.4% MFU during prefill (78K tok/s on 8x B200).
     mfu_prefill: float = 0.064
     overlap: float = 1.0
     # Kernel launches and scheduling, paid once a pass whatever the TP.
     launch_overhead_s: float = 1.0e-3
     # One ring step of a collective; two collectives a layer (attention all-reduce, MoE
-    # dispatch/combine). 4.92 us puts Kimi's 61 layers at TP8 on seed 000's 5.2 ms intercept.
+    # dispatch/combine). 4.92 us puts Kimi's 61 layers at TP8 on the B200 load test's 5.2 ms intercept.
     collective_step_s: float = 4.918e-6
     collectives_per_layer: int = 2
     # A ring step that leaves the NVLink domain crosses the network: several times slower.
     internode_step_factor: float = 6.0
-    # Sync losses on HBM bandwidth: 1/(1 + sigma (TP-1)). 0.04 gives seed 000's
+    # Sync losses on HBM bandwidth: 1/(1 + sigma (TP-1)). 0.04 gives the B200 load test's
     # "50 TB/s effective (raw 64 minus sync overhead)" at TP8.
     sync_loss_per_rank: float = 0.04
     # Thin GEMM slices stream HBM less efficiently: efficiency = w / (w + half), w the per-rank
-    # slice of the FFN width. 768 columns carries seed 000's TP8 measurement (36.8 ms at B=16)
+    # slice of the FFN width. 768 columns carries the B200 load test's TP8 measurement (36.8 ms at B=16)
     # to its TP4 figure (~46 tok/s at c=8). 0 disables the penalty.
     shard_width_half: float = 768.0
 
@@ -86,7 +86,7 @@ def pass_total_bytes(model: ModelProfile, batch: Batch, context_tokens: float) -
 
 
 def pass_bytes(model: ModelProfile, batch: float, context_tokens: float) -> PassBytes:
-    """The breakdown of `pass_total_bytes` for one batch size, as seed 000 tabulates it."""
+    """The breakdown of `pass_total_bytes` for one batch size, as the B200 load test tabulates it."""
     experts = 0.0
     routed = 0.0
     if model.moe is not None:

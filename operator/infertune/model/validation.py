@@ -10,7 +10,7 @@ A sweep is a closed loop at fixed prompt and answer lengths, one row per concurr
       B = c x (O x per_pass) / (TTFT + O x per_pass);
 - the context a decoding stream attends over: the prompt plus half the answer.
 
-TTFT in a closed loop is not seed 000's all-at-once prefill (fresh x c / prefill rate): arrivals are
+TTFT in a closed loop is not the B200 load test's all-at-once prefill (fresh x c / prefill rate): arrivals are
 spread, so a new request waits for a fixed cost (HTTP, tokenizer, scheduler) plus the steps in flight and
 its own prefill step, each as long as a pass of the batch. The fit reads it as TTFT = t0 + k x per_pass(B)
 with t0, k >= 0 fitted on the same smallest rows, and predicts held-out TTFT with the predicted per-pass.

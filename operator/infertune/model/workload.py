@@ -11,7 +11,7 @@ from infertune.model.catalog import CatalogError
 class Workload:
     """The mean request of a traffic class.
 
-    `ttft_fresh_tokens` is the fresh-token figure that drives TTFT; seed 000 uses the median
+    `ttft_fresh_tokens` is the fresh-token figure that drives TTFT; the B200 load test uses the median
     (~9,400) there, while throughput counts the mean (~13K).
     `resident_prefix_tokens` is what each returning session keeps cached between turns beyond
     the in-flight streams: evicting it is what starts the cliff's feedback loop.
@@ -33,7 +33,7 @@ class Workload:
 
     @property
     def processed_tokens(self) -> float:
-        """Seed 000 counts cached input as processed: fresh + cached + output."""
+        """The B200 load test counts cached input as processed: fresh + cached + output."""
         return self.fresh_tokens + self.cached_tokens + self.output_tokens
 
     @property
@@ -50,7 +50,7 @@ class Workload:
         return self.ttft_fresh_tokens if self.ttft_fresh_tokens is not None else self.fresh_tokens
 
 
-# Seed 000: Cline's coding-agent traffic. ~13K fresh (16.5%), ~71K cached (83.5%), ~1K output
+# The B200 load test: Cline's coding-agent traffic. ~13K fresh (16.5%), ~71K cached (83.5%), ~1K output
 # (1,056 in the decode-time line), median fresh 9,400 for TTFT.
 # Its sessions run 7-16 turns of ~14K tokens each, so contexts spread from ~14K to the 200K cap:
 # a coefficient of variation of ~0.62 over requests (sim.OpenSessions, 20,000 requests).

@@ -83,7 +83,7 @@ class Candidate:
     processed_tps: float
     output_tps: float
     sustainable_rate: float  # per replica, random arrivals, within the TTFT SLO (model/queueing.py)
-    cost_per_million_tokens: float  # processed tokens, seed 000's measure
+    cost_per_million_tokens: float  # processed tokens, the B200 load test's measure
     cost_per_million_output_tokens: float
     kv_working_set_fraction: float
     kv_tail_fraction: float  # the working set's 95th percentile over the pool with every slot busy

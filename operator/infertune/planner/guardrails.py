@@ -404,11 +404,15 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
         rollout = reachable(plan, applied, running_safe=not unsafe, keep=_kept(plan, state, applied, current, unsafe,
                                                                                  guardrails, now),
                             load_seconds=guardrails.model_load_seconds)
+        if rollout is None and unsafe and _past_cliff(observation):
+            # The engine preempts: the shape goes even if the pods it keeps meanwhile serve less than the
+            # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good).
+            rollout = reachable(plan, applied, running_safe=False, keep=0, load_seconds=guardrails.model_load_seconds)
         if rollout is not None:
             proposed = rollout.planned
-        elif unsafe and not _past_cliff(observation):
-            # No shape can roll in without serving less than the demand, for hours at a long model load,
-            # and the engine does not report the cliff: the running shape stays, and keeps scaling.
+        elif unsafe:
+            # No shape can roll in within the pool: the running shape stays, and keeps scaling to spread
+            # its working set thinner.
             current, unsafe = plan.sized(applied, over_line=True), False
     ctx = _Context(plan, state, observation, guardrails, now, proposed, applied, unsafe,
                    None if unsafe else current, _slo_missed(plan, observation), rollout,

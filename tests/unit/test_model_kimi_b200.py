@@ -1,4 +1,4 @@
-"""Seed 000's figures (Kimi K2.6 on 8x B200, Cline-shaped traffic) reproduced by the model."""
+"""The B200 load test's figures (Kimi K2.6 on 8x B200, Cline-shaped traffic) reproduced by the model."""
 
 from __future__ import annotations
 
