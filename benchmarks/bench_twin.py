@@ -1,5 +1,6 @@
 """Twin speed: simulated seconds per wall second for a 16-replica coding-agent fleet on the plateau,
-peak memory, and the fidelity figures the twin is held to (seed 001's Llama, the B200 load test's cliff)."""
+peak memory, and the fidelity figures the twin is held to (vLLM's Llama 3.1 8B batch figures,
+docs/sources.md#vllm-batch-basics; the B200 load test's cliff)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def sweep_speed() -> None:
               f"hit {r.prefix_hit_rate:5.1%}")
 
 
-def seed_001() -> None:
+def vllm_llama_batch() -> None:
     want = {1: 95.0, 8: 620.0, 32: 2400.0}
     perf = PerformanceModel(load_model("llama-3.1-8b"), load_gpu("h100"), Workload(256, 0, 1024),
                             measured_points={1: (1.0, 1 / want[1])})
@@ -69,14 +70,14 @@ def seed_001() -> None:
                  warmup=60, duration=600)
     cells = ", ".join(f"c={r.concurrency}: {r.aggregate_tps:,.0f} vs ~{want[r.concurrency]:,.0f} "
                       f"({r.aggregate_tps / want[r.concurrency] - 1:+.1%})" for r in rows)
-    print(f"seed 001, Llama-3.1-8B on 1x H100 (napkin, one ratio at B=1): {cells}")
+    print(f"vLLM batch basics, Llama-3.1-8B on 1x H100 (napkin, one ratio at B=1): {cells}")
 
 
 def run() -> None:
     fleet_speed()
     fleet_memory()
     sweep_speed()
-    seed_001()
+    vllm_llama_batch()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ that creates, and an audit log of every request (who, from which address, what, 
 It serves HTTPS with a self-signed certificate made in --tls-dir, and prints
 `listening https://HOST:PORT` once it answers. kmock's gaps that this works around are
 named where they are handled; those it leaves (no selectors, no validation, no garbage collector, no
-controllers, strategic merge acting as a merge) are DESIGN.md's and the tests live with them.
+controllers, strategic merge acting as a merge) are written down here and the tests live with them.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ _NAMESPACE_SUBRESOURCES = {"status", "finalize"}
 def _parse_path(path: str) -> kmock_parsing.ParsedPath:
     """kmock 0.8 reads `/api/v1/namespaces[/NAME[/status]]` (the Namespace resource itself) as a
     namespace prefix with nothing after it and answers 500. kopf lists and watches Namespaces whenever
-    it is given `--namespace`, so namespaced operators never started against the emulator (the "500"
-    in DESIGN.md). Parse those paths as the Namespace resource; every other path as kmock does."""
+    it is given `--namespace`, so namespaced operators never started against the emulator.
+    Parse those paths as the Namespace resource; every other path as kmock does."""
     parts = path.strip("/").split("/")
     if len(parts) in (3, 4, 5) and parts[0] == "api" and parts[2] == "namespaces" and (
             len(parts) < 5 or parts[4] in _NAMESPACE_SUBRESOURCES):

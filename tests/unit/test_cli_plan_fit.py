@@ -20,7 +20,7 @@ SEED_000 = ("plan", "--model", "kimi-k2.6", "--gpu", "b200", "--tp", "4,8", "--w
             "--min-stream-tps", "25", "--fit", "5.2,1.65", "--demand-rps", "1")
 
 
-def test_seed_000s_hand_pick_when_every_context_is_the_mean(capsys):
+def test_load_tests_hand_pick_when_every_context_is_the_mean(capsys):
     """The B200 load test's averages (every stream at ~85K tokens) give its own TP4 c=8."""
     code, out, _ = run(capsys, *SEED_000, "--context-cv", "0", "--output", "json")
     assert code == 0

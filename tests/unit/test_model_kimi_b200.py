@@ -25,7 +25,7 @@ from infertune.model.roofline import NapkinAssumptions, memory_seconds
 KIMI = load_model("kimi-k2.6")
 B200 = load_gpu("b200")
 CODING = workload_preset("coding-agent")
-SEED = NapkinAssumptions.seed_000()
+SEED = NapkinAssumptions.b200_load_test()
 CONTEXT = 80_000
 
 

@@ -25,7 +25,7 @@ def seed_request(**changes) -> PlanRequest:
     return PlanRequest(**base)
 
 
-def test_seed_000_choice_avoids_the_cliff_and_beats_tp4_c8():
+def test_b200_load_test_choice_avoids_the_cliff_and_beats_tp4_c8():
     """The B200 load test's own averages (every context the mean) lead to its hand-picked TP4 c=8."""
     result = plan(seed_request(workload=replace(CODING, context_cv=0.0)), None, now=0.0)
     assert result.feasible and result.choice is not None and result.layout is not None

@@ -1,4 +1,5 @@
-"""The replica engine: the four regions emerge from the scheduler, seed 001's Llama figures, and the
+"""The replica engine: the four regions emerge from the scheduler, the vLLM Llama 3.1 8B batch figures
+(docs/sources.md#vllm-batch-basics), and the
 scheduler's rules (block budget, max_num_seqs, preemption of the latest arrival, prefix cache)."""
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def test_a_bigger_pool_moves_the_cliff() -> None:
 SEED_001 = {1: 95.0, 8: 620.0, 32: 2400.0}
 
 
-def seed_001_rows() -> dict[int, float]:
+def vllm_llama_batch_rows() -> dict[int, float]:
     """Llama-3.1-8B on one H100, decode-heavy requests, napkin calibrated by ONE ratio (B=1)."""
     workload = Workload(fresh_tokens=256, cached_tokens=0, output_tokens=1024)
     perf = PerformanceModel(load_model("llama-3.1-8b"), load_gpu("h100"), workload,
@@ -76,8 +77,8 @@ def seed_001_rows() -> dict[int, float]:
     return {r.concurrency: r.aggregate_tps for r in rows}
 
 
-def test_seed_001_llama_within_25_percent() -> None:
-    got = seed_001_rows()
+def test_vllm_llama_batch_figures_within_25_percent() -> None:
+    got = vllm_llama_batch_rows()
     for c, want in SEED_001.items():
         assert abs(got[c] / want - 1) < 0.25, (c, got[c], want)
 

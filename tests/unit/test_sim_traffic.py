@@ -43,7 +43,7 @@ def turns(name: str, n: int = 20_000) -> list[tuple[int, int, int]]:
     return out
 
 
-def test_coding_agent_turns_look_like_seed_000() -> None:
+def test_coding_agent_turns_look_like_the_b200_load_test() -> None:
     t = turns("coding-agent")
     fresh = statistics.mean(x[0] for x in t)
     cached = statistics.mean(x[1] for x in t)

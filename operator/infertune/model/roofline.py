@@ -24,7 +24,7 @@ Batch = TypeVar("Batch", float, npt.NDArray[np.float64])
 
 @dataclass(frozen=True)
 class NapkinAssumptions:
-    """The fudge factors the napkin carries. The defaults are the predictive prior; `seed_000()`
+    """The fudge factors the napkin carries. The defaults are the predictive prior; `b200_load_test()`
     is the seed's own hand calculation (50% MBU, 0.5 overlap, no thin-shard penalty)."""
 
     mbu: float = 0.60
@@ -49,7 +49,7 @@ class NapkinAssumptions:
     shard_width_half: float = 768.0
 
     @staticmethod
-    def seed_000() -> NapkinAssumptions:
+    def b200_load_test() -> NapkinAssumptions:
         return NapkinAssumptions(mbu=0.50, overlap=0.5, shard_width_half=0.0)
 
     def with_(self, **changes: float) -> NapkinAssumptions:
