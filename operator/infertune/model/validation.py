@@ -109,14 +109,18 @@ def sweep_from_mapping(name: str, raw: Mapping[str, Any]) -> Sweep:
         if not isinstance(row, Mapping):
             raise SweepError(f"{where}: must be a table")
         per_gpu = _positive(row, "output_tps_per_gpu", where, required=False)
+        replica = _positive(row, "output_tps", where, required=False)  # sources that print the replica's total
+        if per_gpu is not None and replica is not None:
+            raise SweepError(f"{where}: give output_tps_per_gpu or output_tps, not both")
+        if replica is None and per_gpu is not None:
+            replica = per_gpu * tp
         tpot_ms = _positive(row, "tpot_ms", where, required=False)
-        if tpot_ms is None and per_gpu is None:
-            raise SweepError(f"{where}: needs tpot_ms or output_tps_per_gpu")
+        if tpot_ms is None and replica is None:
+            raise SweepError(f"{where}: needs tpot_ms, output_tps_per_gpu or output_tps")
         ttft_ms = _positive(row, "ttft_ms", where, required=False)
         if tpot_ms is None and ttft_ms is None:
             raise SweepError(f"{where}: deriving the per-pass time from throughput needs ttft_ms")
-        points.append(SweepPoint(int(_positive(row, "concurrency", where) or 0),
-                                 None if per_gpu is None else per_gpu * tp,
+        points.append(SweepPoint(int(_positive(row, "concurrency", where) or 0), replica,
                                  None if tpot_ms is None else tpot_ms / 1e3,
                                  None if ttft_ms is None else ttft_ms / 1e3, str(row.get("outlier", ""))))
     points.sort(key=lambda p: p.concurrency)
