@@ -15,8 +15,17 @@ from infertune_lab.sim.sweep import run_level
 
 SWEEPS = sorted((Path(__file__).resolve().parents[2] / "docs" / "validation").glob("*.toml"))
 
+# A known miss, measured, not bent (docs/model-validation.md, "What is not covered"): the twin prefills at the
+# B200 load test's 6.4% MFU (an MoE stack), so a 5,000-token prompt of the dense 70B takes 2.8 s on 2x H100
+# where the source's whole TTFT is 0.41 s (at least 44% MFU); prefill-bound, the twin's output throughput is
+# 20% (c=1) to 80% (c=50) below the measured.
+_PREFILL_BOUND = pytest.mark.xfail(
+    strict=True, reason="twin prefill at 6.4% MFU: dense 70B 5000/500 output throughput -20% (c=1) to -80% (c=50)")
+CASES = [pytest.param(p, id=p.stem, marks=_PREFILL_BOUND if p.stem == "llama33-70b-fp8-h100-nim-tp2" else ())
+         for p in SWEEPS]
 
-@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+
+@pytest.mark.parametrize("path", CASES)
 def test_the_twin_reproduces_the_published_throughput(path: Path):
     result = validate(sweep_from_mapping(path.stem, tomllib.loads(path.read_text(encoding="utf-8"))))
     s = result.sweep
