@@ -6,10 +6,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from infertune.model import PerformanceModel, Workload
 from infertune.model.validation import SweepResult, report, sweep_from_mapping, validate
-from infertune_lab.sim import ReplicaConfig, fixed
-from infertune_lab.sim.sweep import run_level
+from infertune_lab.sim.replay import replay
 
 SWEEPS = Path(__file__).resolve().parents[1] / "docs" / "validation"
 
@@ -32,8 +30,16 @@ def run() -> None:
         print(f"{r.sweep.name}: held-out per-pass worst {worst_fit:.1%} (napkin {worst_nap:.0%}), "
               f"TTFT worst {'n/a' if worst_ttft is None else f'{worst_ttft:.1%}'}, "
               f"{inside}/{held} measured values inside the interval")
-    print("\nThe twin replaying each published setup (fixed lengths, closed loop, no think time), with the fit "
-          "trained on the three smallest concurrencies:\n")
+    print("\nThe twin replaying each published setup (fixed lengths, closed loop, no think time), with the decode "
+          "pass and the prefill rate learnt on the three smallest concurrencies:\n")
+    print("| sweep | prefill tok/s | MFU | learnt from | fixed cost t0 ms |")
+    print("|---|---|---|---|---|")
+    for r in rs:
+        p = r.prefill
+        print(f"| {r.sweep.name} | {p.tokens_per_second:,.0f} | {p.mfu:.1%} | "
+              f"{'TTFT of ' + str(p.rows) + ' rows' if p.source == 'fit' else 'napkin (no TTFT)'} | "
+              f"{p.offset_seconds * 1e3:.0f} |")
+    print()
     print("| sweep | c | measured out tok/s | twin out tok/s | error | measured TTFT s | twin TTFT p50 s |")
     print("|---|---|---|---|---|---|---|")
     for r in rs:
@@ -45,17 +51,8 @@ def run() -> None:
 
 def twin_rows(result: SweepResult, warmup: float = 60.0,
               duration: float = 300.0) -> list[tuple[int, float, float, float | None, float]]:
-    """The published setup replayed end to end on the twin (scheduler, chunked prefill, KV) with the fit
-    trained on the three smallest concurrencies: (concurrency, measured output tok/s, twin output tok/s,
-    measured mean TTFT, twin median TTFT)."""
-    s = result.sweep
-    perf = PerformanceModel(s.model, s.gpu, Workload(s.prompt_tokens, 0, s.output_tokens), fits={s.tp: result.fit})
-    config = ReplicaConfig(model=s.model.name, gpu=s.gpu.name, tp=s.tp, perf=perf,
-                           max_num_seqs=max(p.concurrency for p in s.points))
-    rows = []
-    for p in s.points:
-        if p.output_tps is None or p.outlier:
-            continue
-        row = run_level(config, fixed(s.prompt_tokens, s.output_tokens), p.concurrency, warmup, duration, think=0.0)
-        rows.append((p.concurrency, p.output_tps, row.aggregate_tps, p.ttft_seconds, row.ttft_p50_seconds))
-    return rows
+    """The published setup replayed end to end on the twin (scheduler, chunked prefill, KV) with the decode pass
+    and the prefill rate learnt on the three smallest concurrencies: (concurrency, measured output tok/s, twin
+    output tok/s, measured mean TTFT, twin median TTFT)."""
+    return [(r.concurrency, r.measured_tps, r.twin.aggregate_tps, r.measured_ttft_seconds, r.twin.ttft_p50_seconds)
+            for r in replay(result, warmup, duration)]

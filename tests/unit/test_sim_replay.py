@@ -1,5 +1,6 @@
-"""The twin replays each published sweep (fixed lengths, closed loop, no think time) with the fit trained on
-its three smallest concurrencies, and produces the measured output throughput at every concurrency."""
+"""The twin replays each published sweep (fixed lengths, closed loop, no think time) with the decode pass and the
+prefill rate learnt on its three smallest concurrencies, and produces the measured output throughput at every
+concurrency."""
 
 from __future__ import annotations
 
@@ -8,37 +9,35 @@ from pathlib import Path
 
 import pytest
 
-from infertune.model import PerformanceModel, Workload
 from infertune.model.validation import sweep_from_mapping, validate
-from infertune_lab.sim import ReplicaConfig, fixed
+from infertune_lab.sim import fixed
+from infertune_lab.sim.replay import replay, replay_config
 from infertune_lab.sim.sweep import run_level
 
 SWEEPS = sorted((Path(__file__).resolve().parents[2] / "docs" / "validation").glob("*.toml"))
 
-# A known miss, measured, not bent (docs/model-validation.md, "What is not covered"): the twin prefills at the
-# B200 load test's 6.4% MFU (an MoE stack), so a 5,000-token prompt of the dense 70B takes 2.8 s on 2x H100
-# where the source's whole TTFT is 0.41 s (at least 44% MFU); prefill-bound, the twin's output throughput is
-# 20% (c=1) to 80% (c=50) below the measured.
-_PREFILL_BOUND = pytest.mark.xfail(
-    strict=True, reason="twin prefill at 6.4% MFU: dense 70B 5000/500 output throughput -20% (c=1) to -80% (c=50)")
-CASES = [pytest.param(p, id=p.stem, marks=_PREFILL_BOUND if p.stem == "llama33-70b-fp8-h100-nim-tp2" else ())
-         for p in SWEEPS]
 
-
-@pytest.mark.parametrize("path", CASES)
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
 def test_the_twin_reproduces_the_published_throughput(path: Path):
     result = validate(sweep_from_mapping(path.stem, tomllib.loads(path.read_text(encoding="utf-8"))))
-    s = result.sweep
-    perf = PerformanceModel(s.model, s.gpu, Workload(s.prompt_tokens, 0, s.output_tokens), fits={s.tp: result.fit})
-    config = ReplicaConfig(model=s.model.name, gpu=s.gpu.name, tp=s.tp, perf=perf,
-                           max_num_seqs=max(p.concurrency for p in s.points))
-    for point in s.points:
-        if point.output_tps is None or point.outlier:
-            continue
-        row = run_level(config, fixed(s.prompt_tokens, s.output_tokens), point.concurrency, warmup=60.0,
-                        duration=300.0, think=0.0)
-        assert row.preemptions == 0 and row.prefix_hit_rate == 0.0  # random prompts: nothing to reuse
-        assert row.aggregate_tps == pytest.approx(point.output_tps, rel=0.15), point.concurrency
+    rows = replay(result)
+    assert rows
+    for row in rows:
+        assert row.twin.preemptions == 0 and row.twin.prefix_hit_rate == 0.0  # random prompts: nothing to reuse
+        assert row.twin.aggregate_tps == pytest.approx(row.measured_tps, rel=0.15), row.concurrency
+
+
+def test_the_replay_prefills_at_the_learnt_rate_not_the_napkins():
+    """The dense 70B's 5,000-token prompts: at the napkin's 6.4% MFU one takes 2.8 s where the source's whole TTFT
+    is 0.41 s; the rate learnt from the training rows' TTFT gives the twin a first token near the measured."""
+    path = next(p for p in SWEEPS if p.stem == "llama33-70b-fp8-h100-nim-tp2")
+    result = validate(sweep_from_mapping(path.stem, tomllib.loads(path.read_text(encoding="utf-8"))))
+    napkin = replay_config(result).with_(prefill_tokens_per_second=None)
+    row = run_level(napkin, fixed(5000, 500), 1, warmup=60.0, duration=300.0, think=0.0)
+    learnt = replay(result)[0]
+    assert learnt.concurrency == 1 and learnt.measured_ttft_seconds is not None
+    assert row.ttft_p50_seconds > 2.5  # the napkin's prefill alone
+    assert learnt.twin.ttft_p50_seconds == pytest.approx(learnt.measured_ttft_seconds, rel=0.25)
 
 
 def test_a_fixed_shape_is_exactly_its_lengths():

@@ -8,6 +8,7 @@ agent can build one straight from a pod's arguments with `ReplicaConfig.from_arg
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +57,9 @@ class ReplicaConfig:
     load_delay_seconds: float = 0.0
     served_model_name: str = ""
     perf: PerformanceModel | None = None
+    # Prefill tokens/s of this replica, calibrated on measurements (model/prefillfit.py); None steps prefill at
+    # the performance model's napkin rate.
+    prefill_tokens_per_second: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -68,6 +72,9 @@ class ReplicaConfig:
             (self.engine in ENGINES, f"engine must be one of {', '.join(ENGINES)}"),
             (self.noise >= 0, "noise must be >= 0"),
             (self.load_delay_seconds >= 0, "load_delay_seconds must be >= 0"),
+            (self.prefill_tokens_per_second is None or (math.isfinite(self.prefill_tokens_per_second)
+                                                        and self.prefill_tokens_per_second > 0),
+             "prefill_tokens_per_second must be a finite positive number"),
         ]
         for ok, message in checks:
             if not ok:

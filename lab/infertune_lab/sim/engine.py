@@ -132,7 +132,8 @@ class Engine:
         self.block_size = config.block_size
         self.total_blocks = config.gpu_blocks()
         self.max_num_seqs = config.max_num_seqs
-        self.timer = StepTimer(config.performance_model(), config.tp, config.noise, seed)
+        self.timer = StepTimer(config.performance_model(), config.tp, config.noise, seed,
+                               config.prefill_tokens_per_second)
         self.clock = clock
         self.counter = 0
         self.waiting: deque[_Request] = deque()

@@ -7,8 +7,9 @@ A step runs every decoding stream one token plus any prefill chunks:
 
 `per_pass(B)` is the model's prediction (the physics fit, calibrated napkin or bare napkin) at the
 workload's reference context; the slope term moves it with the streams' actual context, since
-each stream reads its own KV every pass. The slope is the model's own: the same prediction at a
-longer context when a fit's samples spanned contexts (so the twin's steps move as the fit learnt),
+each stream reads its own KV every pass. `prefill_rate` is the napkin's unless the replica carries a
+rate calibrated on measurements (ReplicaConfig.prefill_tokens_per_second). The slope is the model's own:
+the same prediction at a longer context when a fit's samples spanned contexts (so the twin's steps move as the fit learnt),
 else the napkin's, scaled by how far the prediction sits from the napkin.
 Values are memoised per batch size: steps repeat a lot.
 """
@@ -27,14 +28,16 @@ CONTEXT_SPAN = 1.2
 
 
 class StepTimer:
-    def __init__(self, perf: PerformanceModel, tp: int, noise: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, perf: PerformanceModel, tp: int, noise: float = 0.0, seed: int = 0,
+                 prefill_rate: float | None = None) -> None:
         self.perf = perf
         self.tp = tp
         self.noise = noise
         self._rng = random.Random(seed)
         self._base: dict[int, float] = {}
         self.reference_context = perf.decode_context_tokens
-        self.prefill_rate = perf.prefill_rate(tp)
+        # A calibrated rate (tokens/s) where the replica was given one, else the napkin's.
+        self.prefill_rate = perf.prefill_rate(tp) if prefill_rate is None else prefill_rate
         self.context_slope = self._context_slope()
 
     def _context_slope(self) -> float:

@@ -15,6 +15,11 @@ spread, so a new request waits for a fixed cost (HTTP, tokenizer, scheduler) plu
 its own prefill step, each as long as a pass of the batch. The fit reads it as TTFT = t0 + k x per_pass(B)
 with t0, k >= 0 fitted on the same smallest rows, and predicts held-out TTFT with the predicted per-pass.
 
+The twin's replay learns two more things from the same training rows (prefillfit.py): the replica's prefill
+rate, from their TTFT against the prompt tokens (bounded by the compute roofline, the napkin's rate where no
+row gives TTFT), and the decode pass alone, the measured TPOT less the other streams' prefills it carried,
+fitted the same way as the per-pass time. The twin steps those prefills itself, so it is given both.
+
 Pure: the caller reads the files; everything here is arithmetic on what they hold.
 """
 
@@ -29,9 +34,10 @@ from typing import Any
 import numpy as np
 
 from infertune.model.catalog import CatalogError, GpuSpec, ModelProfile, load_gpu, load_model
-from infertune.model.fit import fit_per_pass
+from infertune.model.fit import FitError, fit_per_pass
 from infertune.model.passfit import DEFAULT_NAPKIN, PassFit, fit_pass
 from infertune.model.perf import calibration_ratio
+from infertune.model.prefillfit import PrefillFit, PrefillRow, fit_prefill, request_rate, roofline_prefill_rate
 from infertune.model.roofline import NapkinAssumptions, napkin_per_pass, overhead_seconds, prefill_tokens_per_second
 
 # Profile fields a sweep may override (the dtypes its checkpoint was served in), with their types.
@@ -197,6 +203,8 @@ class SweepResult:
     ttft_offset_s: float | None
     ttft_steps: float | None
     points: tuple[PointResult, ...]
+    prefill: PrefillFit  # the replica's prefill rate, learnt on the training rows (the napkin's without TTFT)
+    decode_fit: PassFit  # the decode pass alone on the training rows: what the twin steps besides prefill
 
     def worst(self, attribute: str) -> float | None:
         errors = [getattr(p, attribute) for p in self.points if p.counts and getattr(p, attribute) is not None]
@@ -239,6 +247,7 @@ def validate(sweep: Sweep, train: int = TRAIN_POINTS, napkin: NapkinAssumptions 
         offset, steps = _ttft_fit([measured[p.concurrency] for p in with_ttft],
                                   [p.ttft_seconds for p in with_ttft if p.ttft_seconds is not None])
     prefill = prefill_tokens_per_second(sweep.model, sweep.gpu, sweep.tp, napkin)
+    learnt, decode_fit = _replay_fits(sweep, training, measured, napkin, prefill)
     held = {p.concurrency for p in training}
     line = fit_per_pass([batches[p.concurrency] for p in training], [measured[p.concurrency] for p in training],
                         robust=False)
@@ -263,7 +272,28 @@ def validate(sweep: Sweep, train: int = TRAIN_POINTS, napkin: NapkinAssumptions 
             low_ms=low * 1e3, high_ms=high * 1e3, ttft_measured_s=p.ttft_seconds,
             ttft_napkin_s=sweep.prompt_tokens * p.concurrency / prefill, ttft_fit_s=ttft_fit,
             throughput_measured=p.output_tps, throughput_fit=throughput_fit))
-    return SweepResult(sweep, fit, offset, steps, tuple(results))
+    return SweepResult(sweep, fit, offset, steps, tuple(results), learnt, decode_fit)
+
+
+def _replay_fits(sweep: Sweep, training: Sequence[SweepPoint], measured: Mapping[int, float],
+                 napkin: NapkinAssumptions, napkin_rate: float) -> tuple[PrefillFit, PassFit]:
+    """What the twin replays the sweep with, from the training rows alone: the prefill rate their TTFTs give,
+    and the physics fit of their decode passes without the other streams' prefills (prefillfit.py)."""
+    rows = [PrefillRow(p.concurrency, sweep.prompt_tokens, sweep.output_tokens, p.ttft_seconds,
+                       measured[p.concurrency], p.output_tps) for p in training if p.ttft_seconds is not None]
+    try:
+        learnt = fit_prefill(rows, roofline_prefill_rate(sweep.model, sweep.gpu, sweep.tp, napkin), napkin_rate)
+    except FitError as exc:
+        raise SweepError(f"{sweep.name}: {exc}") from None
+    decode = {p.concurrency: learnt.decode_pass(
+        measured[p.concurrency], p.concurrency, sweep.prompt_tokens,
+        request_rate(p.concurrency, sweep.output_tokens, measured[p.concurrency], p.ttft_seconds, p.output_tps))
+        for p in training}
+    # The streams decoding at once spend their wall-clock TPOT decoding, prefill stalls included.
+    batches = [decode_batch(sweep, p, measured[p.concurrency]) for p in training]
+    fit = fit_pass(sweep.model, sweep.gpu, sweep.tp, batches, [decode[p.concurrency] for p in training],
+                   [sweep.decode_context] * len(training), napkin=napkin)
+    return learnt, fit
 
 
 def report(results: Sequence[SweepResult]) -> str:
@@ -277,7 +307,8 @@ def report(results: Sequence[SweepResult]) -> str:
         out.append(f"Source: [{s.title}]({s.url}), {s.date}. Fit on c = "
                    f"{', '.join(str(p.concurrency) for p in r.points if not p.held_out)}: {terms}"
                    + (f"; TTFT = {r.ttft_offset_s * 1e3:.0f} ms + {r.ttft_steps:.1f} x per-pass"
-                      if r.ttft_offset_s is not None and r.ttft_steps is not None else "") + ".\n")
+                      if r.ttft_offset_s is not None and r.ttft_steps is not None else "") + ". "
+                   + _prefill_line(r.prefill) + "\n")
         out.append("| c | B | per-pass ms | napkin | line rule | fit [interval] | fit err | TTFT s | TTFT napkin | "
                    "TTFT fit | TTFT err | out tok/s | model tok/s |")
         out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -294,6 +325,13 @@ def report(results: Sequence[SweepResult]) -> str:
                 f"{_num(p.throughput_fit, 0)} |")
         out.append("")
     return "\n".join(out)
+
+
+def _prefill_line(p: PrefillFit) -> str:
+    how = (f"fitted on {p.rows} rows' TTFT, fixed cost t0 = {p.offset_seconds * 1e3:.0f} ms" if p.source == "fit"
+           else "no TTFT in the training rows: the napkin's")
+    return (f"The twin's prefill: {p.tokens_per_second:,.0f} tok/s ({p.mfu:.1%} MFU; {how}; "
+            f"napkin {p.napkin_tokens_per_second:,.0f}).")
 
 
 def _num(value: float | None, digits: int) -> str:
