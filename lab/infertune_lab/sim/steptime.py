@@ -9,8 +9,8 @@ A step runs every decoding stream one token plus any prefill chunks:
 workload's reference context; the slope term moves it with the streams' actual context, since
 each stream reads its own KV every pass. `prefill_rate` is the napkin's unless the replica carries a
 rate calibrated on measurements (ReplicaConfig.prefill_tokens_per_second). The slope is the model's own:
-the same prediction at a longer context when a fit's samples spanned contexts (so the twin's steps move as the fit learnt),
-else the napkin's, scaled by how far the prediction sits from the napkin.
+the same prediction at a longer context when a fit's samples spanned contexts (so the twin's steps
+move as the fit learnt), else the napkin's, scaled by how far the prediction sits from the napkin.
 Values are memoised per batch size: steps repeat a lot.
 """
 
