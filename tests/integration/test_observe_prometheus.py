@@ -181,6 +181,8 @@ def test_prometheus_down_is_unreachable() -> None:
     # The first failure ends the poll: only the queries already in flight were sent, not all of them.
     assert snap.fault is MetricsFault.UNREACHABLE and 1 <= snap.queries <= CONCURRENT_QUERIES
     assert snap.get("ns", "d").fault is MetricsFault.UNREACHABLE and snap.get("ns", "d").running is None
+    # The runbook's first question answered in a fixed phrase: nothing listens there.
+    assert snap.message == f"http://127.0.0.1:{port}: cannot reach it (connection refused)"
 
 
 def test_prometheus_slower_than_the_timeout() -> None:

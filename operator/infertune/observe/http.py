@@ -174,8 +174,11 @@ class Client:
             except aiohttp.ClientConnectorCertificateError:
                 raise FetchFailed(MetricsFault.UNREACHABLE, "its TLS certificate is not trusted (set a CA)",
                                   where) from None
-            except aiohttp.ClientConnectorError:
-                raise FetchFailed(MetricsFault.UNREACHABLE, "cannot reach it (connection failed)", where) from None
+            except aiohttp.ClientConnectorError as exc:
+                # A fixed phrase per cause (never the peer's words): refused is the runbook's first case.
+                refused = isinstance(exc.os_error, ConnectionRefusedError)
+                detail = "connection refused" if refused else "connection failed"
+                raise FetchFailed(MetricsFault.UNREACHABLE, f"cannot reach it ({detail})", where) from None
             except (aiohttp.ClientError, OSError, ValueError) as exc:
                 raise FetchFailed(MetricsFault.UNREACHABLE, f"cannot reach it ({type(exc).__name__})",
                                   where) from None
