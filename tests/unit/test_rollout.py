@@ -208,3 +208,50 @@ def test_no_decision_ever_asks_for_more_gpus_than_the_pool(demand: float, tp: in
         assert d.target.gpus <= pool
     if d.rollout is not None:
         assert d.rollout.peak_gpus <= pool
+
+
+def test_a_shape_that_fills_the_pool_can_still_be_left():
+    # 16 TP4 c=5 pods fill the 64-GPU pool, and the stabilisation window remembers wanting all 16.
+    # Keeping them all beside a surge pod never fits, so the pool's own shape would be kept for good.
+    # The rollout keeps what the demand measured now needs of it instead, within the pool.
+    p = plan(request(2.0), fresh(2.0), NOW)
+    assert p.layout is not None and p.layout.gpus < 64
+    running = Layout(4, 5, 16)
+    needed_now = p.sized(running, over_line=True, demand_rps=p.sizing.measured_rps)
+    assert needed_now is not None and needed_now.replicas < 16
+    remembered = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
+    d = decide(p, remembered, fresh(2.0), RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.rollout is not None
+    assert d.rollout.peak_gpus <= 64 and d.rollout.kept >= needed_now.replicas
+    # With room for one more pod of what runs, nothing is shed: every remembered pod is kept.
+    roomy = replace(p, sizing=replace(p.sizing, pool_gpus=68))
+    d = decide(roomy, remembered, fresh(2.0), RAILS, NOW)
+    assert d.action is not Action.RELAYOUT or (d.rollout is not None and d.rollout.kept == 16)
+
+
+def test_a_scale_up_mid_rollout_leaves_room_for_the_old_pods_of_another_tp():
+    # 7 TP8 pods (56 GPUs) roll into TP4: a scale-up of the TP4 count while they still serve must leave
+    # them their GPUs, or new pods stay Pending while the old ones wait for them: stalled for good.
+    p = plan(request(6.0), fresh(6.0), NOW)
+    assert p.layout is not None and p.layout.tensor_parallel_size == 4 and p.layout.replicas >= 14
+    rolling = PlannerState(applied=replace(p.layout, replicas=7), rolling_out=True, rollout_surge=2,
+                           rolled_from=Layout(8, 6, 7))
+    d = decide(p, rolling, fresh(6.0), RAILS, NOW)
+    assert d.target is None or peak_gpus(Layout(8, 6, 7), d.target, 2) <= 64
+    assert d.action is not Action.SCALE_UP and "surge pod" in d.message
+    # The same count with old pods of the new TP leaves room for the surge pod only.
+    same_tp = replace(rolling, rolled_from=replace(p.layout, max_num_seqs=p.layout.max_num_seqs + 1, replicas=7))
+    d = decide(p, same_tp, fresh(6.0), RAILS, NOW)
+    assert d.action is Action.SCALE_UP and d.target is not None and d.target.replicas > 7
+
+
+def test_the_shape_rolled_from_survives_a_restart():
+    from infertune.controller.status import state_from_status, state_to_status
+
+    state = PlannerState(applied=Layout(4, 6, 7), last_relayout_at=NOW, rolled_from=Layout(8, 6, 7))
+    assert state_from_status({"guardrails": state_to_status(state)}).rolled_from == Layout(8, 6, 7)
+    d = decide(plan(request(2.0), fresh(2.0), NOW), PlannerState(applied=Layout(4, 5, 16),
+               recent_recommendations=((NOW - 100, 16),)), fresh(2.0), RAILS, NOW)
+    if d.action is Action.RELAYOUT and d.rollout is not None:
+        after = next_state(PlannerState(applied=Layout(4, 5, 16)), d, RAILS)
+        assert after.rolled_from == Layout(4, 5, d.rollout.kept)

@@ -120,6 +120,12 @@ class DecisionRecord(ApiModel):
     message: str = ""
 
 
+class RolledFrom(ApiModel):
+    tensor_parallel_size: int = Field(ge=1)
+    max_num_seqs: int = Field(ge=1)
+    replicas: int = Field(ge=0)
+
+
 class GuardrailMemory(ApiModel):
     """The planner's guardrail state between cycles (Unix seconds), so a restart keeps cooldowns."""
 
@@ -127,6 +133,8 @@ class GuardrailMemory(ApiModel):
     last_scale_down_at: float | None = None
     last_relayout_at: float | None = None
     recent_recommendations: list[list[float]] = Field(default_factory=list)
+    # The shape the last re-layout rolled from, at the old pods it kept: room a scale-up mid-rollout leaves.
+    rolled_from: RolledFrom | None = None
 
 
 class PolicySnapshot(ApiModel):

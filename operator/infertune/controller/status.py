@@ -253,12 +253,16 @@ def state_from_status(status: Mapping[str, Any]) -> PlannerState:
     return PlannerState(
         applied=layout_of(status.get("applied")), last_scale_up_at=memory.get("lastScaleUpAt"),
         last_scale_down_at=memory.get("lastScaleDownAt"), last_relayout_at=memory.get("lastRelayoutAt"),
-        recent_recommendations=recent,
+        recent_recommendations=recent, rolled_from=layout_of(memory.get("rolledFrom")),
     )
 
 
 def state_to_status(state: PlannerState) -> dict[str, Any]:
     out: dict[str, Any] = {"recentRecommendations": [[round(t, 1), r] for t, r in state.recent_recommendations]}
+    if state.rolled_from is not None:
+        old = state.rolled_from
+        out["rolledFrom"] = {"tensorParallelSize": old.tensor_parallel_size, "maxNumSeqs": old.max_num_seqs,
+                             "replicas": old.replicas}
     for key, value in (("lastScaleUpAt", state.last_scale_up_at), ("lastScaleDownAt", state.last_scale_down_at),
                        ("lastRelayoutAt", state.last_relayout_at)):
         if value is not None:

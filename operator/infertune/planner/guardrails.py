@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.plan import Plan
-from infertune.planner.rollout import Rollout, reachable
+from infertune.planner.rollout import Rollout, peak_gpus, reachable
 from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState
 
 # A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
@@ -151,9 +151,17 @@ def check_rollout_finished(ctx: _Context) -> Check:
 
 
 def _rollout_room(ctx: _Context, layout: Layout) -> int:
-    """The most replicas of `layout` whose rollout surge pod still fits the pool."""
+    """The most replicas of `layout` whose rollout still fits the pool: its surge pod, and the old pods
+    it keeps (of another TP, perhaps) until new ones replace them. A count past it would leave new pods
+    Pending while the old ones wait for them to be ready: a rollout stalled for good."""
     most, pool = ctx.plan.sizing.replicas_max, ctx.plan.sizing.pool_gpus
-    return most if pool is None else pool // layout.tensor_parallel_size - ctx.state.rollout_surge
+    if pool is None:
+        return most
+    surge, old = ctx.state.rollout_surge, ctx.state.rolled_from
+    if old is None or old.same_shape(layout):
+        return pool // layout.tensor_parallel_size - surge
+    fits = [n for n in range(1, most + 1) if peak_gpus(old, replace(layout, replicas=n), surge) <= pool]
+    return max(fits, default=0)
 
 
 def check_relayout_cooldown(ctx: _Context) -> Check:
@@ -401,9 +409,10 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     unsafe = _applied_unsafe(plan, applied, current, observation)
     proposed, rollout = plan.layout, None
     if applied is not None and proposed is not None and not applied.same_shape(proposed):
-        rollout = reachable(plan, applied, running_safe=not unsafe, keep=_kept(plan, state, applied, current, unsafe,
-                                                                                 guardrails, now),
-                            load_seconds=guardrails.model_load_seconds)
+        kept = _kept(plan, state, applied, current, unsafe, guardrails, now)
+        rollout = reachable(plan, applied, running_safe=not unsafe, keep=kept,
+                            load_seconds=guardrails.model_load_seconds,
+                            keep_at_least=_kept_at_least(plan, applied, kept))
         if rollout is None and unsafe and _past_cliff(observation):
             # The engine preempts: the shape goes even if the pods it keeps meanwhile serve less than the
             # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good).
@@ -436,6 +445,21 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
                    message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
 
 
+def _kept_at_least(plan: Plan, applied: Layout, kept: int | None) -> int | None:
+    """The fewest old pods a rollout may keep when the pool cannot hold `kept` of them beside a new
+    one: what the demand measured now (no headroom, no forecast) needs of the running shape. Only
+    when the running shape fills the pool: it could never be left otherwise, while a shape with room
+    to grow keeps every pod the demand wants (a displaced session re-sends its whole context to a
+    cold pod, so a rollout that sheds pods costs more than their count)."""
+    measured, pool = plan.sizing.measured_rps, plan.sizing.pool_gpus
+    if kept is None or measured is None or measured <= 0 or pool is None:
+        return None
+    if applied.gpus + applied.tensor_parallel_size <= pool:
+        return None
+    now = plan.sized(applied, over_line=True, demand_rps=measured)
+    return None if now is None else now.replicas
+
+
 def _kept(plan: Plan, state: PlannerState, applied: Layout, current: Layout | None, unsafe: bool,
           rails: Guardrails, now: float) -> int | None:
     """Old pods a re-layout keeps serving until new ones replace them: what the demand wants of the
@@ -464,7 +488,10 @@ def next_state(state: PlannerState, decision: Decision, rails: Guardrails, appli
     if not applied or decision.target is None:
         return new
     if decision.action is Action.RELAYOUT:
-        new = replace(new, last_relayout_at=now, recent_recommendations=((now, decision.target.replicas),))
+        rolled_from = (None if state.applied is None or decision.rollout is None or decision.rollout.kept < 1
+                       else replace(state.applied, replicas=decision.rollout.kept))
+        new = replace(new, last_relayout_at=now, recent_recommendations=((now, decision.target.replicas),),
+                      rolled_from=rolled_from)
     elif decision.action is Action.SCALE_UP:
         new = replace(new, last_scale_up_at=now)
     elif decision.action is Action.SCALE_DOWN:

@@ -26,6 +26,9 @@ class Sizing:
     replicas_min: int = 1
     replicas_max: int = 64
     pool_gpus: int | None = None
+    # The demand measured now, without the headroom or the forecast: the floor a rollout's kept pods
+    # may fall to when the pool cannot hold more of them (planner/rollout.py).
+    measured_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -57,13 +60,14 @@ class Plan:
     def candidates(self) -> list[Candidate]:
         return self.table.rows()
 
-    def sized(self, shape: Layout, over_line: bool = False) -> Layout | None:
+    def sized(self, shape: Layout, over_line: bool = False, demand_rps: float | None = None) -> Layout | None:
         """`shape`'s TP and concurrency with the replicas this demand needs. None when that shape
         cannot run safely at all (weights, pool, or, unless `over_line`, a mean working set over the
         KV headroom line). A new shape must keep the working set's tail under the line; a running one
         is torn down only when its mean crosses it, so a request shape drifting across the tail test
         does not restart every replica. A shape that only misses the SLO by the model's estimate is
-        still sized, since the engine's own figures judge that."""
+        still sized, since the engine's own figures judge that. `demand_rps` sizes for another demand
+        than the plan's."""
         table = self.table
         hit = np.flatnonzero((table.tp == shape.tensor_parallel_size) & (table.concurrency == shape.max_num_seqs))
         if hit.size == 0:
@@ -72,7 +76,7 @@ class Plan:
         over = table.kv_risk[row] > RUNNING_KV_RISK or table.kv_fraction[row] > 1.0
         if Verdict(int(table.verdict[row])) in _UNSAFE or (over and not over_line):
             return None
-        demand = self.sizing.demand_rps
+        demand = self.sizing.demand_rps if demand_rps is None else demand_rps
         low, high, pool = self.sizing.replicas_min, self.sizing.replicas_max, self.sizing.pool_gpus
         if pool is not None:
             high = min(high, pool // shape.tensor_parallel_size)
@@ -138,7 +142,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     demand = observed_demand(request, observation, outlook)
     feasible = np.flatnonzero(table.verdict == Verdict.FEASIBLE)
     if feasible.size == 0:
-        return _infeasible(request, table, workload, demand, now)
+        return _infeasible(request, table, workload, demand, now, observation)
 
     tp = table.tp[feasible]
     rate = _rates(table, feasible)
@@ -172,14 +176,15 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
-        closest=None, decided_at=now, sizing=_sizing(request, demand), ranked=ranked,
+        closest=None, decided_at=now, sizing=_sizing(request, demand, observation), ranked=ranked,
         headroom_gpus=headroom_gpus,
     )
 
 
-def _sizing(request: PlanRequest, demand: float | None) -> Sizing:
+def _sizing(request: PlanRequest, demand: float | None, observation: Observation | None) -> Sizing:
     wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
-    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus)
+    measured = None if observation is None or not observation.available else observation.demand_rate
+    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, measured)
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
@@ -205,7 +210,7 @@ def _why(choice: Candidate, replicas: int, demand: float | None, shortfall: int,
 
 
 def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload, demand: float | None,
-                now: float) -> Plan:
+                now: float, observation: Observation | None) -> Plan:
     closest = None
     if len(table):
         i = int(np.lexsort((table.tp, table.shortfall))[0])
@@ -219,5 +224,5 @@ def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload,
     return Plan(
         feasible=False, reason=reason, choice=None, layout=None, table=table, workload=workload,
         demand_rps=demand, needed_replicas=None, capacity_shortfall_gpus=0, closest=closest, decided_at=now,
-        sizing=_sizing(request, demand),
+        sizing=_sizing(request, demand, observation),
     )

@@ -76,19 +76,37 @@ def peak_gpus(running: Layout, target: Layout, max_surge: int = DEFAULT_MAX_SURG
 
 
 def plan_rollout(running: Layout, proposed: Layout, keep: int | None = None, pool_gpus: int | None = None,
-                 load_seconds: float = 0.0) -> Rollout | None:
+                 load_seconds: float = 0.0, keep_at_least: int | None = None) -> Rollout | None:
     """`proposed` at a count that keeps `keep` old pods serving until new ones replace them (all that
-    run when None), with the largest surge the pool holds. None when even one pod at a time does not
-    fit the pool."""
+    run when None), with the largest surge the pool holds. When the pool cannot hold that many old pods
+    beside one new one, fewer are kept, down to `keep_at_least` (what the demand measured now needs of
+    the running shape; `keep` itself when None) or the count `proposed` needs on its own: the headroom
+    and the remembered peaks are given up for the rollout's loads rather than stay on a shape the full
+    pool can never leave. None when even that does not fit."""
     kept_wanted = running.replicas if keep is None else max(0, min(keep, running.replicas))
-    target = replace(proposed, replicas=max(proposed.replicas, kept_wanted))
-    count = target.replicas
-    kept = min(running.replicas, count)
-    surge = next((s for s in range(count, 0, -1)
+    floor = kept_wanted if keep_at_least is None else min(kept_wanted, max(0, keep_at_least))
+    top = max(proposed.replicas, kept_wanted)
+    # Every pod the demand wants kept, when the pool holds that; else, of the counts down to the floor,
+    # the one that rolls in the fewest loads (the most kept of those): shed pods buy surge room, and a
+    # rollout of one pod at a time across a full pool takes a model load per pod.
+    fitting = [r for r in (_fitted(running, replace(proposed, replicas=c), pool_gpus, load_seconds, proposed)
+                           for c in range(top, max(proposed.replicas, floor) - 1, -1)) if r is not None]
+    if not fitting or fitting[0].target.replicas == top:
+        return fitting[0] if fitting else None
+    return min(fitting, key=lambda r: (r.waves, -r.kept))
+
+
+def _fitted(running: Layout, target: Layout, pool_gpus: int | None, load_seconds: float,
+            proposed: Layout) -> Rollout | None:
+    """The rollout to `target` with the largest surge the pool holds; None when none does."""
+    surge = next((s for s in range(target.replicas, 0, -1)
                   if pool_gpus is None or peak_gpus(running, target, s) <= pool_gpus), None)
-    if surge is None:
-        return None
-    steps = _waves(kept, count, surge)
+    return None if surge is None else _rollout(running, proposed, target, surge, load_seconds)
+
+
+def _rollout(running: Layout, proposed: Layout, target: Layout, surge: int, load_seconds: float) -> Rollout:
+    kept = min(running.replicas, target.replicas)
+    steps = _waves(kept, target.replicas, surge)
     held = sum(o * running.tensor_parallel_size + (r + n) * target.tensor_parallel_size for o, r, n in steps)
     duration = len(steps) * load_seconds
     extra = max(held * load_seconds - target.gpus * duration, 0.0)
@@ -96,7 +114,7 @@ def plan_rollout(running: Layout, proposed: Layout, keep: int | None = None, poo
 
 
 def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,
-              load_seconds: float = 0.0) -> Rollout | None:
+              load_seconds: float = 0.0, keep_at_least: int | None = None) -> Rollout | None:
     """The best-ranked shape whose rollout from `running` keeps the demand served within the pool
     (the plan's own choice when it is). None when no shape is reachable, or when a safe running
     shape ranks above every reachable one: then the running shape is what to scale."""
@@ -106,7 +124,7 @@ def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int 
             if running_safe:
                 return None
             continue
-        rollout = plan_rollout(running, layout, keep, pool, load_seconds)
+        rollout = plan_rollout(running, layout, keep, pool, load_seconds, keep_at_least)
         if rollout is not None:
             return rollout
     return None
