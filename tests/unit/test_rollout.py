@@ -255,3 +255,16 @@ def test_the_shape_rolled_from_survives_a_restart():
     if d.action is Action.RELAYOUT and d.rollout is not None:
         after = next_state(PlannerState(applied=Layout(4, 5, 16)), d, RAILS)
         assert after.rolled_from == Layout(4, 5, d.rollout.kept)
+
+
+def test_only_the_plans_own_choice_sheds_pods():
+    # The pool is full of what runs; the plan's choice cannot be rolled into even by shedding pods,
+    # and a next-best shape could be only by shedding them: it is not taken (it would trade one full
+    # pool for another of a shape nobody chose).
+    p = plan(request(2.0), fresh(2.0), NOW)
+    running = Layout(4, 5, 16)
+    chosen, next_best = Layout(8, 24, 8), replace(p.layout, replicas=9)
+    ranked = replace(p, layout=chosen, ranked=(chosen, next_best))
+    assert reachable(ranked, running, keep=16, keep_at_least=9) is None
+    mine = replace(p, layout=next_best, ranked=(next_best,))
+    assert reachable(mine, running, keep=16, keep_at_least=9) is not None

@@ -116,15 +116,19 @@ def _rollout(running: Layout, proposed: Layout, target: Layout, surge: int, load
 def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,
               load_seconds: float = 0.0, keep_at_least: int | None = None) -> Rollout | None:
     """The best-ranked shape whose rollout from `running` keeps the demand served within the pool
-    (the plan's own choice when it is). None when no shape is reachable, or when a safe running
-    shape ranks above every reachable one: then the running shape is what to scale."""
+    (the plan's own choice when it is; only that one may shed pods down to `keep_at_least`). None
+    when no shape is reachable, or when a safe running shape ranks above every reachable one: then
+    the running shape is what to scale."""
     pool = plan.sizing.pool_gpus
     for layout in plan.ranked:
         if layout.same_shape(running):
             if running_safe:
                 return None
             continue
-        rollout = plan_rollout(running, layout, keep, pool, load_seconds, keep_at_least)
+        # Pods are shed only for the plan's own choice: a next-best shape that sheds them trades a full
+        # pool for another full pool of a shape nobody chose (and may not be left again).
+        shed = keep_at_least if plan.layout is not None and layout.same_shape(plan.layout) else None
+        rollout = plan_rollout(running, layout, keep, pool, load_seconds, shed)
         if rollout is not None:
             return rollout
     return None
