@@ -42,7 +42,7 @@ def test_bytes_per_pass_at_batch_16_is_about_200_gb():
 
 
 def test_napkin_memory_time_and_pass_match_the_seed():
-    # 50 TB/s effective (64 raw less sync) at the seed's 50% MBU, overlap 0.5.
+    # 50 TB/s effective (64 raw less sync) at the load test's 50% MBU, overlap 0.5.
     assert memory_seconds(KIMI, B200, 8, 16.0, CONTEXT, SEED) * 1e3 == pytest.approx(8.0, rel=0.02)
     assert napkin_per_pass(KIMI, B200, 8, 16.0, CONTEXT, SEED) * 1e3 == pytest.approx(9.2, rel=0.02)
 
@@ -87,7 +87,7 @@ def test_cost_per_million_processed_at_32k_tok_s_and_48_per_node_hour():
 
 def test_ttft_at_tp8_c16_is_about_1_9_seconds():
     perf = PerformanceModel(KIMI, B200, CODING)
-    # 9,400 fresh tokens x 16 / ~78K tok/s prefill; FP4 peak at the seed's 6.4% MFU gives 72K.
+    # 9,400 fresh tokens x 16 / ~78K tok/s prefill; FP4 peak at the load test's 6.4% MFU gives 72K.
     assert perf.prefill_rate(8) == pytest.approx(78_000, rel=0.10)
     assert perf.ttft(8, 16) == pytest.approx(1.9, rel=0.15)
 
@@ -101,7 +101,7 @@ def test_tp4_c8_costs_about_25_cents_per_million():
     assert p.per_pass.calibrated_from_tp == 8
 
 
-def test_tp8_c16_lifecycle_matches_the_seed():
+def test_tp8_c16_lifecycle_matches_the_load_test():
     perf = PerformanceModel(KIMI, B200, CODING, measured_points={8: (16, 0.0368)})
     p = perf.predict(8, 16)
     assert p.e2e_seconds == pytest.approx(41.8, rel=0.05)

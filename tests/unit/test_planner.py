@@ -30,11 +30,11 @@ def test_b200_load_test_choice_avoids_the_cliff_and_beats_tp4_c8():
     result = plan(seed_request(workload=replace(CODING, context_cv=0.0)), None, now=0.0)
     assert result.feasible and result.choice is not None and result.layout is not None
     choice = result.choice
-    # Never TP8 at concurrency >= 36: that is past the cliff the seed saw.
+    # Never TP8 at concurrency >= 36: that is past the cliff the B200 load test saw.
     assert not (choice.tp == 8 and choice.max_num_seqs >= 36)
     tp4_c8 = PerformanceModel(KIMI, B200, CODING, fits=SEED_FIT).predict(4, 8)
     assert choice.cost_per_million_tokens <= tp4_c8.cost_per_million_processed + 1e-12
-    assert choice.cost_per_million_tokens <= 0.25 * 1.05  # the seed's measured TP4 c=8 figure
+    assert choice.cost_per_million_tokens <= 0.25 * 1.05  # the load test's measured TP4 c=8 figure
     # Why: TP4 halves the GPUs per replica while staying above 25 tok/s; its smaller KV pool caps
     # it at c=8 (the cliff is at ~9), and TP8's best feasible point costs ~$0.35/M.
     assert (choice.tp, choice.max_num_seqs) == (4, 8)

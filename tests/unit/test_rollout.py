@@ -217,7 +217,7 @@ def test_a_shape_that_fills_the_pool_can_still_be_left():
     p = plan(request(2.0), fresh(2.0), NOW)
     assert p.layout is not None and p.layout.gpus < 64
     running = Layout(4, 5, 16)
-    needed_now = p.sized(running, over_line=True, demand_rps=p.sizing.measured_rps)
+    needed_now = p.sized(running, over_line=True, demand_rps=fresh(2.0).demand_rate)
     assert needed_now is not None and needed_now.replicas < 16
     remembered = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
     d = decide(p, remembered, fresh(2.0), RAILS, NOW)
@@ -252,9 +252,9 @@ def test_the_shape_rolled_from_survives_a_restart():
     assert state_from_status({"guardrails": state_to_status(state)}).rolled_from == Layout(8, 6, 7)
     d = decide(plan(request(2.0), fresh(2.0), NOW), PlannerState(applied=Layout(4, 5, 16),
                recent_recommendations=((NOW - 100, 16),)), fresh(2.0), RAILS, NOW)
-    if d.action is Action.RELAYOUT and d.rollout is not None:
-        after = next_state(PlannerState(applied=Layout(4, 5, 16)), d, RAILS)
-        assert after.rolled_from == Layout(4, 5, d.rollout.kept)
+    assert d.action is Action.RELAYOUT and d.rollout is not None
+    after = next_state(PlannerState(applied=Layout(4, 5, 16)), d, RAILS)
+    assert after.rolled_from == Layout(4, 5, d.rollout.kept)
 
 
 def test_only_the_plans_own_choice_sheds_pods():

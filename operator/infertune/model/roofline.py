@@ -25,7 +25,8 @@ Batch = TypeVar("Batch", float, npt.NDArray[np.float64])
 @dataclass(frozen=True)
 class NapkinAssumptions:
     """The fudge factors the napkin carries. The defaults are the predictive prior; `b200_load_test()`
-    is the seed's own hand calculation (50% MBU, 0.5 overlap, no thin-shard penalty)."""
+    is the B200 load test's own hand calculation (docs/sources.md#kimi-b200: 50% MBU, 0.5 overlap, no
+    thin-shard penalty)."""
 
     mbu: float = 0.60
     mfu_decode: float = 0.50

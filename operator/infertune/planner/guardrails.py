@@ -412,7 +412,7 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
         kept = _kept(plan, state, applied, current, unsafe, guardrails, now)
         rollout = reachable(plan, applied, running_safe=not unsafe, keep=kept,
                             load_seconds=guardrails.model_load_seconds,
-                            keep_at_least=_kept_at_least(plan, applied, kept))
+                            keep_at_least=_kept_at_least(plan, applied, kept, observation))
         if rollout is None and unsafe and _past_cliff(observation):
             # The engine preempts: the shape goes even if the pods it keeps meanwhile serve less than the
             # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good).
@@ -445,13 +445,14 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
                    message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
 
 
-def _kept_at_least(plan: Plan, applied: Layout, kept: int | None) -> int | None:
+def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None) -> int | None:
     """The fewest old pods a rollout may keep when the pool cannot hold `kept` of them beside a new
     one: what the demand measured now (no headroom, no forecast) needs of the running shape. Only
     when the running shape fills the pool: it could never be left otherwise, while a shape with room
     to grow keeps every pod the demand wants (a displaced session re-sends its whole context to a
     cold pod, so a rollout that sheds pods costs more than their count)."""
-    measured, pool = plan.sizing.measured_rps, plan.sizing.pool_gpus
+    measured = None if observation is None or not observation.available else observation.demand_rate
+    pool = plan.sizing.pool_gpus
     if kept is None or measured is None or measured <= 0 or pool is None:
         return None
     if applied.gpus + applied.tensor_parallel_size <= pool:

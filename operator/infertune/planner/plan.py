@@ -26,9 +26,6 @@ class Sizing:
     replicas_min: int = 1
     replicas_max: int = 64
     pool_gpus: int | None = None
-    # The demand measured now, without the headroom or the forecast: the floor a rollout's kept pods
-    # may fall to when the pool cannot hold more of them (planner/rollout.py).
-    measured_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +139,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     demand = observed_demand(request, observation, outlook)
     feasible = np.flatnonzero(table.verdict == Verdict.FEASIBLE)
     if feasible.size == 0:
-        return _infeasible(request, table, workload, demand, now, observation)
+        return _infeasible(request, table, workload, demand, now)
 
     tp = table.tp[feasible]
     rate = _rates(table, feasible)
@@ -176,15 +173,14 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
-        closest=None, decided_at=now, sizing=_sizing(request, demand, observation), ranked=ranked,
+        closest=None, decided_at=now, sizing=_sizing(request, demand), ranked=ranked,
         headroom_gpus=headroom_gpus,
     )
 
 
-def _sizing(request: PlanRequest, demand: float | None, observation: Observation | None) -> Sizing:
+def _sizing(request: PlanRequest, demand: float | None) -> Sizing:
     wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
-    measured = None if observation is None or not observation.available else observation.demand_rate
-    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, measured)
+    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus)
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
@@ -210,7 +206,7 @@ def _why(choice: Candidate, replicas: int, demand: float | None, shortfall: int,
 
 
 def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload, demand: float | None,
-                now: float, observation: Observation | None) -> Plan:
+                now: float) -> Plan:
     closest = None
     if len(table):
         i = int(np.lexsort((table.tp, table.shortfall))[0])
@@ -224,5 +220,5 @@ def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload,
     return Plan(
         feasible=False, reason=reason, choice=None, layout=None, table=table, workload=workload,
         demand_rps=demand, needed_replicas=None, capacity_shortfall_gpus=0, closest=closest, decided_at=now,
-        sizing=_sizing(request, demand, observation),
+        sizing=_sizing(request, demand),
     )

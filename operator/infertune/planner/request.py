@@ -146,7 +146,7 @@ def _slo(spec: InferenceDeploymentSpec) -> SloTarget:
     ttft, floor = slo.ttft, slo.min_stream_tokens_per_second
     limit = parse_duration(ttft.limit, "spec.slo.ttft.limit") if ttft and ttft.limit else None
     if limit is not None and limit <= 0:
-        raise SpecError(f"spec.slo.ttft.limit: {ttft.limit!r} can never be met; give a limit above 0" if ttft else "")
+        raise SpecError(f"spec.slo.ttft.limit: {limit:g} s can never be met; give a limit above 0")
     return SloTarget(
         min_stream_tps=float(floor) if floor else None,  # a floor of 0 tok/s is no floor
         max_ttft_seconds=limit,
