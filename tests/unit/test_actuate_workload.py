@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from infertune.actuate.workload import INPUT_HASH, Owner, desired_objects
+from infertune.actuate.workload import INPUT_HASH, Owner, desired_objects, rollout_strategy_of
 from infertune.api.policy import parse_policy
 from infertune.api.spec import InferenceDeploymentSpec, parse_spec
 from infertune.cli import main
@@ -144,3 +144,27 @@ def test_scaling_changes_the_object_but_not_the_pod_template() -> None:
     assert five["metadata"]["annotations"][INPUT_HASH] != three["metadata"]["annotations"][INPUT_HASH]
     retuned = _render(Layout(4, 6, 3))[0]
     assert retuned["spec"]["template"]["metadata"]["annotations"][INPUT_HASH] != template_hash
+
+
+@pytest.mark.parametrize("layout", [Layout(8, 8, 4), Layout(16, 8, 2)])
+def test_a_rollout_that_gives_way_renders_and_reads_back_its_strategy(layout: Layout) -> None:
+    """Both workload kinds render maxUnavailable/maxSurge as the planner chose and read them back;
+    the strategy is not part of the pod template, so choosing it rolls nothing by itself."""
+    workload = desired_objects(OWNER, _spec(), layout, 8, max_surge=0, max_unavailable=1)[0]
+    assert rollout_strategy_of(workload) == (0, 1)
+    if workload["kind"] == "Deployment":
+        kubernetes_validate.validate(workload, "1.30", strict=True)
+    plain = desired_objects(OWNER, _spec(), layout, 8)[0]
+    assert rollout_strategy_of(plain) == (1, 0)
+    template = "template" if workload["kind"] == "Deployment" else "leaderWorkerTemplate"
+    assert workload["spec"][template] == plain["spec"][template]
+    with pytest.raises(ValueError, match="maxSurge or maxUnavailable"):
+        desired_objects(OWNER, _spec(), layout, 8, max_surge=0, max_unavailable=0)
+
+
+def test_a_strategy_the_operator_did_not_write_reads_as_its_default() -> None:
+    for rolling in ({"maxSurge": "25%", "maxUnavailable": "25%"}, {}, {"maxSurge": 0, "maxUnavailable": 0},
+                    {"maxSurge": -1, "maxUnavailable": 2}, {"maxSurge": True, "maxUnavailable": 1}):
+        assert rollout_strategy_of({"spec": {"strategy": {"rollingUpdate": rolling}}}) == (1, 0)
+    assert rollout_strategy_of({"spec": {"strategy": {"rollingUpdate": {"maxSurge": 3, "maxUnavailable": 0}}}}) \
+        == (3, 0)

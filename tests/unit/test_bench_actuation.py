@@ -93,3 +93,26 @@ def test_a_policy_that_asks_for_more_than_the_pool_gets_only_the_pool() -> None:
     assert result.peak_gpus == 64
     assert result.peak_pending_gpus == 16
     assert result.gpu_hours == 64 * 600.0 / 3600
+
+
+def test_a_rollout_that_gives_way_completes_within_a_full_pool() -> None:
+    """TP4 x8 fills 32 GPUs; TP8 x4 has no maxUnavailable-0 rollout there. With the strategy the
+    planner renders for it (planner/rollout.py, giving_way), the bench's Deployment controller rolls
+    it pod by pod without a Pending pod and without ever leaving nothing serving."""
+    from infertune.planner.rollout import giving_way
+
+    running, proposed = Layout(4, 8, 8), Layout(8, 8, 4)
+    rollout = giving_way(running, proposed, 32, LOAD, 1.0, 2.5, 6.0)
+    assert rollout is not None and rollout.max_unavailable >= 1
+    act = actuator(pool=32)
+    act.start(running)
+    act.apply(rollout.target, rollout.max_surge, rollout.max_unavailable)
+    t = 0.0
+    while t < (rollout.waves + 2) * LOAD:
+        assert not act.pending and act.held_gpus() <= 32
+        assert any(act.ready(r) for r in act.serving())
+        t += LOAD / 4
+        act.fleet.run_until(t)
+        act.reconcile()
+    shapes = {(r.config.tp, r.config.max_num_seqs) for r in act.serving()}
+    assert shapes == {(8, 8)} and len(act.serving()) == rollout.target.replicas

@@ -21,7 +21,7 @@ from infertune.planner import (
     next_state,
     plan,
 )
-from infertune.planner.rollout import peak_gpus, plan_rollout, reachable
+from infertune.planner.rollout import giving_way, peak_gpus, plan_rollout, reachable
 
 RAILS = Guardrails(model_load_seconds=600, relayout_cooldown_s=1800)
 NOW = 50_000.0
@@ -126,21 +126,78 @@ def test_a_shape_past_the_line_by_the_model_alone_stays_when_nothing_can_roll_in
     assert d.rollout is not None and d.rollout.peak_gpus <= 64
 
 
-def test_a_preempting_shape_in_a_full_pool_never_asks_past_it():
-    # 8 TP4 pods fill a 32-GPU pool and preempt. TP8 x4 cannot roll in (its last new pod loads beside
-    # the last old one: 36 GPUs), so the running shape stays and nothing is applied past the pool.
+def test_a_preempting_shape_in_a_full_pool_gives_way_within_it():
+    # 8 TP4 pods fill a 32-GPU pool and preempt. TP8 x4 has no maxUnavailable-0 rollout (its last new
+    # pod loads beside the last old one: 36 GPUs), so old pods are given up before their replacements
+    # serve: never past the pool, never with nothing serving.
     p = plan(request(2.0, pool=32), fresh(2.0), NOW)
     running = Layout(4, 13, 8)
     tp8 = Layout(8, 8, 4)
     only_tp8 = replace(p, layout=tp8, ranked=(tp8,))
     preempting = replace(fresh(2.0), preemption_rate=0.5)
     d = decide(only_tp8, PlannerState(applied=running), preempting, RAILS, NOW)
-    assert d.action is not Action.RELAYOUT
-    assert d.target is None or (d.target.same_shape(running) and d.target.gpus <= 32)
-    # TP8 x3 can (24 GPUs once rolled, 28 at its fullest): it goes, with a surge the pool holds.
+    assert d.action is Action.RELAYOUT and d.rollout is not None
+    assert d.rollout.max_unavailable >= 1 and d.rollout.peak_gpus <= 32 and 0 < d.rollout.serving_share < 1
+    assert d.target is not None and d.target.same_shape(tp8) and d.target.gpus <= 32
+    assert "giving up" in d.message
+    # TP8 x3 can roll in without giving a pod up (24 GPUs once rolled, 28 at its fullest).
     tp8_3 = Layout(8, 8, 3)
     d = decide(replace(p, layout=tp8_3, ranked=(tp8_3,)), PlannerState(applied=running), preempting, RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.peak_gpus <= 32
+    assert d.rollout.max_unavailable == 0
+
+
+def test_a_full_pool_that_meets_the_slo_keeps_its_shape_rather_than_give_way():
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    running = Layout(4, 8, 8)  # safe by the model, and the engine reports nothing amiss
+    assert p.sized(running) is not None
+    tp8 = Layout(8, 8, 4)
+    d = decide(replace(p, layout=tp8, ranked=(tp8,)), PlannerState(applied=running), fresh(2.0), RAILS, NOW)
+    assert d.action is not Action.RELAYOUT
+    assert "RelayoutWouldDropCapacity" in d.reason + d.message
+
+
+def test_a_full_pool_that_misses_the_slo_gives_way_to_the_plans_shape():
+    # The running shape meets the model but the engine reports TTFT over the limit; it fills the pool,
+    # so it cannot scale: staying keeps the miss, and the plan's shape comes by giving pods up.
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    running = Layout(4, 8, 8)
+    tp8 = Layout(8, 8, 4)
+    slow = replace(fresh(2.0), ttft_p95_seconds=9.0)
+    d = decide(replace(p, layout=tp8, ranked=(tp8,)), PlannerState(applied=running), slow, RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable >= 1
+    assert d.rollout.peak_gpus <= 32
+
+
+@settings(max_examples=200, deadline=None)
+@given(old_tp=st.sampled_from([1, 2, 4, 8]), new_tp=st.sampled_from([1, 2, 4, 8]), pool=st.integers(8, 64),
+       new_count=st.integers(1, 16), running_rps=st.floats(0.1, 4.0), new_rps=st.floats(0.1, 8.0),
+       demand=st.floats(0.1, 40.0))
+def test_giving_way_never_asks_past_the_pool_nor_leaves_nothing_serving(old_tp, new_tp, pool, new_count,
+                                                                        running_rps, new_rps, demand):
+    running = Layout(old_tp, 8, pool // old_tp)  # a full pool
+    proposed = Layout(new_tp, 8, min(new_count, pool // new_tp))
+    rollout = giving_way(running, proposed, pool, 600.0, running_rps, new_rps, demand)
+    if rollout is None:
+        return
+    assert rollout.peak_gpus <= pool and rollout.max_unavailable >= 1 and rollout.serving_share > 0
+    assert rollout.target.same_shape(proposed) and rollout.target.replicas >= 1
+    # The Deployment controller's own arithmetic, pod by pod: the rollout completes within the pool.
+    old, ready, new = running.replicas, 0, 0
+    count, surge, unavailable = rollout.target.replicas, rollout.max_surge, rollout.max_unavailable
+    for _ in range(count):
+        while True:  # one sync of the controller, to its fixed point
+            grown = min(count, new + max(count + surge - old - new, 0))
+            shrunk = min(old, max(count - unavailable - ready, 0))
+            if (grown, shrunk) == (new, old):
+                break
+            new, old = grown, shrunk
+        assert old * old_tp + new * new_tp <= pool  # no pod Pending
+        assert old + ready > 0  # something serves while the new pods load
+        ready = new  # a model load later
+        if ready == count:
+            break
+    assert ready == count
 
 
 def test_a_scale_up_mid_rollout_leaves_room_for_the_surge_pod():

@@ -3,14 +3,15 @@ on a pool of GPUs that a scheduler hands out.
 
 A policy only says which layout it wants (TP, max-num-seqs, replicas). `Actuator` makes the fleet
 converge on it the way the Deployment controller would with the strategy the operator renders
-(`RollingUpdate`, maxSurge 1, maxUnavailable 0; actuate/workload.py):
+(`RollingUpdate`, maxSurge 1 and maxUnavailable 0 unless the workload says otherwise;
+actuate/workload.py):
 
 - a replica-count change on the same pod template adds pods, routable after the model-load delay,
   or removes them in ReplicaSet's deletion order (Pending pods first, then the not-yet-ready, then
   the newest); removed pods drain: they finish what they hold, and hold their GPUs until gone;
 - a new TP or max-num-seqs is a new pod template, rolled: at most `max_surge` pods above the
   desired count, new pods load while the old ones serve, and an old pod goes only once the ready
-  pods without it still reach the desired count.
+  pods without it still reach the desired count less `max_unavailable`.
 
 The GPUs are a pool of `pool_gpus`, as a cluster's nodes are. A pod that finds no room stays
 Pending, as kube-scheduler leaves it: it serves nothing, costs no GPU-hours, and its model load
@@ -82,6 +83,7 @@ class Actuator:
         self.load_seconds = load_seconds
         self.pool_gpus = pool_gpus
         self.max_surge = max_surge
+        self.max_unavailable = 0
         self.target: Layout | None = None
         self.relayouts = 0
         self.gpu_seconds = 0.0
@@ -98,14 +100,15 @@ class Actuator:
             self._create(layout)
         self._schedule(loaded=True)
 
-    def apply(self, layout: Layout, max_surge: int | None = None) -> None:
-        """Sets the desired layout (and, when the workload names it, its rollout's maxSurge); the
-        fleet converges on it over the following reconciles."""
+    def apply(self, layout: Layout, max_surge: int | None = None, max_unavailable: int = 0) -> None:
+        """Sets the desired layout (and, when the workload names it, its rollout's maxSurge and
+        maxUnavailable); the fleet converges on it over the following reconciles."""
         if self.target is not None and not layout.same_shape(self.target):
             self.relayouts += 1
         self.target = layout
         if max_surge is not None:
             self.max_surge = max_surge
+        self.max_unavailable = max_unavailable
         self.reconcile()
 
     # --- the Deployment controller ------------------------------------------------------------
@@ -147,8 +150,8 @@ class Actuator:
         self._surge(target, want)
         new = [p for p in self.pods() if shape_of(p) == want]
         ready_new = sum(self._is_ready(p) for p in new)
-        # maxUnavailable 0: an old pod may go only if the ready pods left still reach the count.
-        self._remove(old, max(len(old) + ready_new - target.replicas, 0))
+        # An old pod may go only if the ready pods left still reach the count less maxUnavailable.
+        self._remove(old, max(len(old) + ready_new - (target.replicas - self.max_unavailable), 0))
         if len(new) > target.replicas:
             self._remove(new, len(new) - target.replicas)
         self._surge(target, want)  # the room an old pod left is taken in the same sync

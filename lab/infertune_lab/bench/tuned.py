@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 import yaml
 
-from infertune.actuate.workload import WorkloadKind, layout_of_workload, max_surge_of
+from infertune.actuate.workload import WorkloadKind, layout_of_workload, rollout_strategy_of
 from infertune.api.policy import parse_policy
 from infertune.api.spec import parse_spec
 from infertune.controller.hub import MetricsHub
@@ -107,7 +107,7 @@ class TwinCluster(MemoryCluster):
     def __init__(self, policies: Mapping[str, Mapping[str, Any]]) -> None:
         super().__init__(policies)
         self.actuator: Actuator | None = None
-        self.max_surge: int | None = None
+        self.strategy: tuple[int, int] | None = None  # (maxSurge, maxUnavailable) last rendered
 
     def workload(self, key: Key, kind: WorkloadKind) -> WorkloadState | None:
         actuator = self.actuator
@@ -119,8 +119,9 @@ class TwinCluster(MemoryCluster):
         ready = [r for r in actuator.serving() if actuator.ready(r)]
         updated = [r for r in ready if (r.config.tp, r.config.max_num_seqs)
                    == (target.tensor_parallel_size, target.max_num_seqs)]
+        surge, unavailable = self.strategy or (1, 0)
         return WorkloadState(desired=target.replicas, ready=len(ready), updated=len(updated), layout=target,
-                             max_surge=max(self.max_surge or 1, 1))
+                             max_surge=surge, max_unavailable=unavailable)
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> bool:
         before = len(self.applied)
@@ -129,9 +130,9 @@ class TwinCluster(MemoryCluster):
             layout = layout_of_workload(obj)
             if layout is None:
                 continue  # the Service
-            self.max_surge = max_surge_of(obj)
+            self.strategy = rollout_strategy_of(obj)
             if self.actuator is not None:
-                self.actuator.apply(layout, self.max_surge)
+                self.actuator.apply(layout, *self.strategy)
         return changed
 
     def first_layout(self) -> Layout:
@@ -184,7 +185,7 @@ class Infertune:
 
     @property
     def max_surge(self) -> int | None:
-        return self.cluster.max_surge
+        return None if self.cluster.strategy is None else self.cluster.strategy[0]
 
     def _resource(self) -> Resource:
         doc = self.resource.document

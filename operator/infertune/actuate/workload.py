@@ -130,7 +130,8 @@ def _template(owner: Owner, layout: Layout, pod_spec: Obj) -> Obj:
         "spec": pod_spec}
 
 
-def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout, max_surge: int = 1) -> Obj:
+def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout, max_surge: int = 1,
+                    max_unavailable: int = 0) -> Obj:
     tp = layout.tensor_parallel_size
     container = _container(spec, layout, tp, engine_args(spec, layout), engine_command(spec))
     return _stamped({
@@ -139,8 +140,9 @@ def make_deployment(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
             "replicas": layout.replicas,
             "selector": {"matchLabels": selector_labels(owner.name)},
             # Never fewer serving replicas than now: a new layout comes up before an old one leaves, as
-            # many at once as the planner found room for in the pool (planner/rollout.py).
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": max_surge}},
+            # many at once as the planner found room for in the pool; maxUnavailable > 0 only when a full
+            # pool leaves no other way out of a shape that misses the SLO (planner/rollout.py).
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": _rolling(max_surge, max_unavailable)},
             "progressDeadlineSeconds": spec.engine.startup_seconds + 600,
             "template": _template(owner, layout, _pod_spec(spec, [container])),
         },
@@ -174,7 +176,7 @@ def _lws_commands(spec: InferenceDeploymentSpec, layout: Layout, nodes: int) -> 
 
 
 def make_leader_worker_set(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
-                           gpus_per_node: int, max_surge: int = 1) -> Obj:
+                           gpus_per_node: int, max_surge: int = 1, max_unavailable: int = 0) -> Obj:
     nodes = nodes_per_replica(layout.tensor_parallel_size, gpus_per_node)
     leader, worker = _lws_commands(spec, layout, nodes)
     return _stamped({
@@ -183,7 +185,7 @@ def make_leader_worker_set(owner: Owner, spec: InferenceDeploymentSpec, layout: 
             "replicas": layout.replicas,
             "startupPolicy": "LeaderCreated",
             "rolloutStrategy": {"type": "RollingUpdate",
-                                "rollingUpdateConfiguration": {"maxUnavailable": 0, "maxSurge": max_surge}},
+                                "rollingUpdateConfiguration": _rolling(max_surge, max_unavailable)},
             "leaderWorkerTemplate": {
                 "size": nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
@@ -207,11 +209,11 @@ def make_service(owner: Owner, spec: InferenceDeploymentSpec, multi_node: bool) 
 
 
 def desired_objects(owner: Owner, spec: InferenceDeploymentSpec, layout: Layout,
-                    gpus_per_node: int, max_surge: int = 1) -> list[Obj]:
+                    gpus_per_node: int, max_surge: int = 1, max_unavailable: int = 0) -> list[Obj]:
     """Everything the operator applies for one resource at one layout, workload first."""
     multi = workload_kind(layout, gpus_per_node) is WorkloadKind.LEADER_WORKER_SET
-    workload = (make_leader_worker_set(owner, spec, layout, gpus_per_node, max_surge) if multi
-                else make_deployment(owner, spec, layout, max_surge))
+    workload = (make_leader_worker_set(owner, spec, layout, gpus_per_node, max_surge, max_unavailable) if multi
+                else make_deployment(owner, spec, layout, max_surge, max_unavailable))
     return [workload, make_service(owner, spec, multi)]
 
 
@@ -236,10 +238,20 @@ def layout_of_workload(obj: Obj) -> Layout | None:
     return layout if min(layout.tensor_parallel_size, layout.max_num_seqs) >= 1 and replicas >= 0 else None
 
 
-def max_surge_of(obj: Obj) -> int | None:
-    """The rolling update's maxSurge as a pod count (None: not a count, or not set)."""
+def _rolling(max_surge: int, max_unavailable: int) -> Obj:
+    if max_surge < 0 or max_unavailable < 0 or max_surge + max_unavailable == 0:
+        raise ValueError(f"a rollout needs maxSurge or maxUnavailable above 0, got {max_surge}/{max_unavailable}")
+    return {"maxUnavailable": max_unavailable, "maxSurge": max_surge}
+
+
+def rollout_strategy_of(obj: Obj) -> tuple[int, int]:
+    """The rolling update's (maxSurge, maxUnavailable) as pod counts. What the operator renders when a
+    value is not a count it wrote (absent, a percentage): surge 1, none unavailable."""
     spec = obj.get("spec") or {}
     strategy = spec.get("strategy") or spec.get("rolloutStrategy") or {}
     rolling = strategy.get("rollingUpdate") or strategy.get("rollingUpdateConfiguration") or {}
-    surge = rolling.get("maxSurge")
-    return surge if isinstance(surge, int) else None
+    surge, unavailable = rolling.get("maxSurge"), rolling.get("maxUnavailable")
+    counts = [v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None for v in (surge, unavailable)]
+    if counts[0] is None or counts[1] is None or counts[0] + counts[1] == 0:
+        return 1, 0
+    return counts[0], counts[1]

@@ -57,6 +57,7 @@ class CycleOutcome:
     decision: Decision
     apply: Layout | None  # the layout to apply now (Auto mode only), None to leave the workload be
     max_surge: int  # the rollout strategy to render it with
+    max_unavailable: int
     action: Action  # what the operator did: the decision's action, or Hold when the mode held it
     reason: OutcomeReason
     status: dict[str, Any]
@@ -103,7 +104,8 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
         request = replace(request, fits=dict(inp.fits))
     workload = inp.workload
     state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
-                    rollout_surge=1 if workload is None else workload.max_surge)
+                    rollout_surge=1 if workload is None else workload.max_surge,
+                    rollout_unavailable=0 if workload is None else workload.max_unavailable)
     current = None if inp.observation is None else inp.observation.demand_rate
     look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
                                                 request.guardrails.model_load_seconds)
@@ -157,6 +159,8 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     if target is not None:
         events.append(("Normal", mode.reason, f"applying TP{target.tensor_parallel_size} max-num-seqs "
                                               f"{target.max_num_seqs} x{target.replicas}: {mode.message}"))
-    surge = decision.rollout.max_surge if decision.rollout is not None and target is not None else state.rollout_surge
-    return CycleOutcome(the_plan, decision, target, surge, mode.action, mode.reason, st.wire_status(fields),
-                        tuple(events))
+    rollout = decision.rollout if target is not None else None
+    surge = state.rollout_surge if rollout is None else rollout.max_surge
+    unavailable = state.rollout_unavailable if rollout is None else rollout.max_unavailable
+    return CycleOutcome(the_plan, decision, target, surge, unavailable, mode.action, mode.reason,
+                        st.wire_status(fields), tuple(events))

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infertune.actuate.apply import ownership_conflict
-from infertune.actuate.workload import INPUT_HASH, WorkloadKind, layout_of_workload, max_surge_of
+from infertune.actuate.workload import INPUT_HASH, WorkloadKind, layout_of_workload, rollout_strategy_of
 from infertune.controller.status import WorkloadState, owner_uid
 from infertune.errors import OwnershipError
 
@@ -35,8 +35,9 @@ class MemoryCluster:
         if obj is None or layout is None:
             return None
         ready = min(self.ready.get(key, layout.replicas), layout.replicas)
+        surge, unavailable = rollout_strategy_of(obj)
         return WorkloadState(desired=layout.replicas, ready=ready, updated=ready, layout=layout,
-                             max_surge=max(max_surge_of(obj) or 1, 1), owner=owner_uid(obj))
+                             max_surge=surge, max_unavailable=unavailable, owner=owner_uid(obj))
 
     def serving_policy(self, name: str) -> Mapping[str, Any] | None:
         return self.policies.get(name)

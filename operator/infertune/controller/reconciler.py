@@ -318,10 +318,10 @@ class Reconciler:
         layout = starting_layout(resolved, now)[0] if running is None else pinned(running, resolved.spec)
         changed = False
         if not held:
-            surge = 1 if workload is None else workload.max_surge
+            surge, unavailable = (1, 0) if workload is None else (workload.max_surge, workload.max_unavailable)
             try:
                 changed = self.cluster.apply(desired_objects(resource.owner, resolved.spec, layout, gpus_per_node,
-                                                             surge))
+                                                             surge, unavailable))
             except OwnershipError as error:
                 self.conflict(resource, error, report)
                 raise
@@ -393,7 +393,7 @@ class Reconciler:
         if outcome.apply is not None:
             try:
                 self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node,
-                                                   outcome.max_surge))
+                                                   outcome.max_surge, outcome.max_unavailable))
             except OwnershipError as error:
                 self.conflict(resource, error, report)
                 return None

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from infertune.actuate.workload import layout_of_workload, max_surge_of, workload_kind
+from infertune.actuate.workload import layout_of_workload, rollout_strategy_of, workload_kind
 from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
 from infertune.api.status import MAX_DECISIONS, InferenceDeploymentStatus
@@ -87,6 +87,7 @@ class WorkloadState:
     # truth the operator acts from, whatever its status last recorded.
     layout: Layout | None = None
     max_surge: int = 1  # the rollout strategy it rolls with
+    max_unavailable: int = 0
     # The uid of the object that controls it ("" for none); None when the port does not say.
     owner: str | None = None
 
@@ -107,8 +108,12 @@ class WorkloadState:
         return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
                    updated=status.get("updatedReplicas"),
                    current=generation is None or seen is None or int(seen) >= int(generation),
-                   layout=layout_of_workload(dict(obj)), max_surge=max(max_surge_of(dict(obj)) or 1, 1),
-                   owner=owner_uid(obj))
+                   layout=layout_of_workload(dict(obj)), owner=owner_uid(obj),
+                   **_strategy(rollout_strategy_of(dict(obj))))
+
+
+def _strategy(strategy: tuple[int, int]) -> dict[str, int]:
+    return {"max_surge": strategy[0], "max_unavailable": strategy[1]}
 
 
 def owner_uid(obj: Mapping[str, Any]) -> str:

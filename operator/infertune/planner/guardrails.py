@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.plan import Plan
-from infertune.planner.rollout import Rollout, peak_gpus, reachable
+from infertune.planner.rollout import Rollout, giving_way, peak_gpus, reachable
 from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState
 
 # A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
@@ -160,7 +160,8 @@ def _rollout_room(ctx: _Context, layout: Layout) -> int:
     surge, old = ctx.state.rollout_surge, ctx.state.rolled_from
     if old is None or old.same_shape(layout):
         return pool // layout.tensor_parallel_size - surge
-    fits = [n for n in range(1, most + 1) if peak_gpus(old, replace(layout, replicas=n), surge) <= pool]
+    fits = [n for n in range(1, most + 1)
+            if peak_gpus(old, replace(layout, replicas=n), surge, ctx.state.rollout_unavailable) <= pool]
     return max(fits, default=0)
 
 
@@ -185,6 +186,11 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
     places with every small change of the demand or the fit, and each trade is a model load."""
     if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return _ok("relayout-payback")
+    if ctx.rollout.max_unavailable > 0:
+        # Giving way is chosen only when the SLO is missed on a pool the running shape fills: staying
+        # saves nothing, it keeps the miss.
+        return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
+                   "the running shape misses the SLO and fills the pool: staying keeps the miss")
     assert ctx.proposed is not None
     price_per_gpu_second = _price(ctx) / 3600.0
     baseline = ctx.current or ctx.applied
@@ -342,7 +348,10 @@ def _rolled(ctx: _Context, proposed: Layout) -> tuple[Layout, str]:
     if rollout is None:
         return proposed, message
     message = f"{message}; {rollout.describe()}"
-    if rollout.target.replicas <= proposed.replicas:
+    if rollout.target.replicas < proposed.replicas:
+        return rollout.target, (f"{message}; applied at {rollout.target.replicas} replica(s): the pool holds no more "
+                                f"of them beside the old pods, the rest follow once the rollout is over")
+    if rollout.target.replicas == proposed.replicas:
         return proposed, message
     return rollout.target, (f"{message}; applied at {rollout.target.replicas} replica(s), so the old pods the demand "
                             f"needs serve until new ones are ready (the extra ones go once the rollout is over)")
@@ -417,6 +426,8 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
             # The engine preempts: the shape goes even if the pods it keeps meanwhile serve less than the
             # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good).
             rollout = reachable(plan, applied, running_safe=False, keep=0, load_seconds=guardrails.model_load_seconds)
+        if rollout is None and (unsafe or _slo_missed(plan, observation)):
+            rollout = _giving_way(plan, applied, observation, guardrails)
         if rollout is not None:
             proposed = rollout.planned
         elif unsafe:
@@ -445,6 +456,26 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
                    message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
 
 
+def _fills_pool(plan: Plan, applied: Layout) -> bool:
+    """The pool has no room for one more pod of the running shape."""
+    pool = plan.sizing.pool_gpus
+    return pool is not None and applied.gpus + applied.tensor_parallel_size > pool
+
+
+def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, rails: Guardrails) -> Rollout | None:
+    """The plan's own shape by a rollout that gives old pods up before their replacements serve, for a
+    running shape that misses the SLO and fills the pool: it can neither scale nor be left otherwise.
+    Judged against the demand measured now; None without that figure."""
+    measured = None if observation is None or not observation.available else observation.demand_rate
+    chosen, pool = plan.layout, plan.sizing.pool_gpus
+    if chosen is None or pool is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
+        return None
+    running_rps, chosen_rps = plan.replica_rps(applied), plan.replica_rps(chosen)
+    if running_rps is None or chosen_rps is None:
+        return None
+    return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, measured)
+
+
 def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None) -> int | None:
     """The fewest old pods a rollout may keep when the pool cannot hold `kept` of them beside a new
     one: what the demand measured now (no headroom, no forecast) needs of the running shape. Only
@@ -452,10 +483,7 @@ def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: O
     to grow keeps every pod the demand wants (a displaced session re-sends its whole context to a
     cold pod, so a rollout that sheds pods costs more than their count)."""
     measured = None if observation is None or not observation.available else observation.demand_rate
-    pool = plan.sizing.pool_gpus
-    if kept is None or measured is None or measured <= 0 or pool is None:
-        return None
-    if applied.gpus + applied.tensor_parallel_size <= pool:
+    if kept is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
         return None
     now = plan.sized(applied, over_line=True, demand_rps=measured)
     return None if now is None else now.replicas

@@ -77,9 +77,19 @@ class Plan:
         low, high, pool = self.sizing.replicas_min, self.sizing.replicas_max, self.sizing.pool_gpus
         if pool is not None:
             high = min(high, pool // shape.tensor_parallel_size)
-        rate = float(_rates(table, np.array([row]))[0])
+        rate = self._replica_rps(row)
         needed = low if not demand or rate <= 0 else max(low, math.ceil(demand / rate))
         return Layout(shape.tensor_parallel_size, shape.max_num_seqs, max(1, min(needed, high)))
+
+    def replica_rps(self, shape: Layout) -> float | None:
+        """The request rate one replica of `shape` carries (what `sized` divides the demand by); None
+        for a shape the plan did not consider."""
+        hit = np.flatnonzero((self.table.tp == shape.tensor_parallel_size)
+                             & (self.table.concurrency == shape.max_num_seqs))
+        return None if hit.size == 0 else self._replica_rps(int(hit[0]))
+
+    def _replica_rps(self, row: int) -> float:
+        return float(_rates(self.table, np.array([row]))[0])
 
 
 _UNSAFE = (Verdict.WEIGHTS_DO_NOT_FIT, Verdict.EXCEEDS_POOL)

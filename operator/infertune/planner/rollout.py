@@ -20,6 +20,13 @@ pods beside them, and replaces old pods one for one as new ones pass readiness, 
 - **The bill.** The rollout's waves, its duration and the GPU-time it pays beyond the new shape's own
   (old pods still serving, new ones loading) go into the decision: a re-layout must save more than that
   over the horizon, and `infertune explain` shows it.
+- **Giving way.** A Deployment replaces pods one for one by count, so on a full pool a move to larger
+  pods (TP4 x8 to TP8 x4 on 32 GPUs) has no maxUnavailable-0 rollout at all: the last new pod needs the
+  GPUs of an old pod that waits for it. When the running shape can neither scale nor be left and the
+  SLO is being missed, `giving_way` renders maxUnavailable > 0: old pods go before their replacements
+  are ready, and of the strategies the pool holds it takes the one whose serving pods carry the most of
+  the demand measured now at the rollout's thinnest moment (then the fewest loads). A bounded dip ends
+  a miss that staying would make permanent.
 """
 
 from __future__ import annotations
@@ -43,36 +50,56 @@ class Rollout:
     duration_s: float
     peak_gpus: int  # the most GPUs old and new pods hold at any moment
     extra_gpu_seconds: float  # GPU-time beyond the target's own while old and new pods overlap
+    max_unavailable: int = 0  # old pods that go before their replacements serve (giving way only)
+    # The least share of the demand measured now that the serving pods carry during the rollout; only a
+    # rollout that gives way computes it (the others keep every old pod the demand needs).
+    serving_share: float = 1.0
 
     def describe(self) -> str:
-        return (f"rolls out in {self.waves} wave(s) of up to {self.max_surge} pod(s), about "
+        given_up = ("" if self.max_unavailable == 0 else
+                    f", giving up to {self.max_unavailable} old pod(s) before their replacements serve (at least "
+                    f"{self.serving_share:.0%} of the demand served meanwhile)")
+        return (f"rolls out in {self.waves} wave(s) of up to {max(self.max_surge, self.max_unavailable)} pod(s), about "
                 f"{self.duration_s / 60:.0f} min, {self.extra_gpu_seconds / 3600:.1f} GPU-h paid beside the new "
-                f"shape's own, at most {self.peak_gpus} GPUs at once")
+                f"shape's own, at most {self.peak_gpus} GPUs at once{given_up}")
 
 
-def _waves(old: int, count: int, surge: int) -> list[tuple[int, int, int]]:
-    """(old pods, new pods ready, new pods loading) during each model load of the rollout."""
-    steps, ready = [], 0
+Wave = tuple[int, int, int]  # old pods serving, new pods ready, new pods loading
+
+
+def _waves(old: int, count: int, surge: int, unavailable: int = 0) -> list[Wave]:
+    """The rollout's model loads as the Deployment controller runs them, each sync to its fixed point:
+    the new ReplicaSet grows to at most `surge` pods over the count in all, the old one shrinks while
+    the ready pods stay at least `count - unavailable`. Empty when the rollout stalls before every new
+    pod serves (no room to start one)."""
+    steps: list[Wave] = []
+    ready = new = 0
     while ready < count:
-        # The controller starts new pods up to `surge` over the count in all, never beyond the count.
-        loading = min(count - ready, max(count + surge - old - ready, 0))
-        if loading <= 0:
-            break  # no room to start a pod: the rollout stalls (the caller rejects such a surge)
-        steps.append((old, ready, loading))
-        ready += loading
-        old = max(0, min(old, count - ready))
+        while True:
+            grown = min(count, new + max(count + surge - old - new, 0))
+            shrunk = min(old, max(count - unavailable - ready, 0))
+            if (grown, shrunk) == (new, old):
+                break
+            new, old = grown, shrunk
+        if new <= ready:
+            return []
+        steps.append((old, ready, new - ready))
+        ready = new
     return steps
 
 
-def peak_gpus(running: Layout, target: Layout, max_surge: int = DEFAULT_MAX_SURGE) -> int:
-    """The most GPUs held while `running` rolls to `target` (maxUnavailable 0): the old pods left,
-    at most the target count less the new ones ready, beside the new pods, at most `max_surge` over
-    the count in all."""
-    old = min(running.replicas, target.replicas)
-    steps = _waves(old, target.replicas, max_surge)
+def _held(running: Layout, target: Layout, wave: Wave) -> int:
+    old, ready, loading = wave
+    return old * running.tensor_parallel_size + (ready + loading) * target.tensor_parallel_size
+
+
+def peak_gpus(running: Layout, target: Layout, max_surge: int = DEFAULT_MAX_SURGE, max_unavailable: int = 0) -> int:
+    """The most GPUs held while `running` rolls to `target`: the old pods left beside the new pods,
+    at most `max_surge` over the count in all (every old pod when the rollout stalls)."""
+    steps = _waves(running.replicas, target.replicas, max_surge, max_unavailable)
     if not steps:
-        return old * running.tensor_parallel_size
-    return max(o * running.tensor_parallel_size + (r + n) * target.tensor_parallel_size for o, r, n in steps)
+        return running.gpus + max_surge * target.tensor_parallel_size
+    return max(_held(running, target, wave) for wave in steps)
 
 
 def plan_rollout(running: Layout, proposed: Layout, keep: int | None = None, pool_gpus: int | None = None,
@@ -104,13 +131,58 @@ def _fitted(running: Layout, target: Layout, pool_gpus: int | None, load_seconds
     return None if surge is None else _rollout(running, proposed, target, surge, load_seconds)
 
 
-def _rollout(running: Layout, proposed: Layout, target: Layout, surge: int, load_seconds: float) -> Rollout:
-    kept = min(running.replicas, target.replicas)
-    steps = _waves(kept, target.replicas, surge)
-    held = sum(o * running.tensor_parallel_size + (r + n) * target.tensor_parallel_size for o, r, n in steps)
+def _rollout(running: Layout, proposed: Layout, target: Layout, surge: int, load_seconds: float,
+             unavailable: int = 0) -> Rollout:
+    steps = _waves(running.replicas, target.replicas, surge, unavailable)
+    kept = steps[0][0] if steps else min(running.replicas, target.replicas)
+    held = sum(_held(running, target, wave) for wave in steps)
     duration = len(steps) * load_seconds
     extra = max(held * load_seconds - target.gpus * duration, 0.0)
-    return Rollout(proposed, target, kept, surge, len(steps), duration, peak_gpus(running, target, surge), extra)
+    return Rollout(proposed, target, kept, surge, len(steps), duration, peak_gpus(running, target, surge, unavailable),
+                   extra, unavailable)
+
+
+def _pod_counts(most: int) -> list[int]:
+    """0, 1, 2, 3, 4, 6, 8, 12, 16, ... up to `most`: the maxSurge and maxUnavailable tried. Every
+    value of a 64-pod fleet would be 64 x 64 simulated rollouts a count; the gaps grow with the count,
+    where one pod more or less moves the rollout least."""
+    counts, step = {0, most}, 1
+    while step <= most:
+        counts.update({step, step + step // 2})
+        step *= 2
+    return sorted(c for c in counts if c <= most)
+
+
+def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: float, running_rps: float,
+               proposed_rps: float, demand_rps: float) -> Rollout | None:
+    """The rollout to `proposed` that gives old pods up before their replacements serve (maxUnavailable
+    > 0), for a running shape the full pool can leave no other way. Of the counts, maxUnavailable and
+    maxSurge whose rollout the pool holds without a Pending pod, and that never leaves no pod serving:
+    the one that leaves the least of `demand_rps` unserved over the rollout (each replica serving
+    `running_rps` or `proposed_rps`; a count below the proposed one adds the load of the scale-up after
+    it), then the fewest loads, then the least GPU-time. None when the pool holds none, or no demand
+    figure says what the pods must carry."""
+    if demand_rps <= 0 or min(running_rps, proposed_rps) <= 0:
+        return None
+    best: tuple[tuple[float, int, float], Rollout] | None = None
+    for count in range(1, max(proposed.replicas, running.replicas) + 1):
+        target = replace(proposed, replicas=count)
+        for unavailable in _pod_counts(count)[1:]:
+            for surge in _pod_counts(count):
+                steps = _waves(running.replicas, count, surge, unavailable)
+                if not steps or max(_held(running, target, wave) for wave in steps) > pool_gpus:
+                    continue
+                if count < proposed.replicas:
+                    steps.append((0, count, proposed.replicas - count))  # the scale-up that follows
+                shares = [min(1.0, (old * running_rps + ready * proposed_rps) / demand_rps) for old, ready, _ in steps]
+                if min(shares) <= 0:
+                    continue  # nothing serving for a whole model load: an outage, never a rollout
+                rollout = replace(_rollout(running, proposed, target, surge, load_seconds, unavailable),
+                                  serving_share=min(shares))
+                rank = (sum(1.0 - share for share in shares), rollout.waves, rollout.extra_gpu_seconds)
+                if best is None or rank < best[0]:
+                    best = rank, rollout
+    return None if best is None else best[1]
 
 
 def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,

@@ -132,6 +132,8 @@ class PlannerState:
     rolling_out: bool = False
     # The maxSurge the workload rolls with: how many pods over its count a rollout holds at once.
     rollout_surge: int = 1
+    # Its maxUnavailable: more than 0 only after a rollout that gave old pods up (planner/rollout.py).
+    rollout_unavailable: int = 0
     # The shape the last re-layout rolled from, at the old pods it kept: while it rolls, those pods hold
     # their GPUs beside the new ones, so a scale-up must leave them room (persisted in status).
     rolled_from: Layout | None = None
