@@ -147,6 +147,21 @@ def test_a_preempting_shape_in_a_full_pool_gives_way_within_it():
     assert d.rollout.max_unavailable == 0
 
 
+def test_giving_way_waits_for_the_relayout_cooldown_even_past_the_cliff():
+    # Right after a re-layout the sessions it moved re-send their contexts to cold caches, and any shape
+    # looks outgrown: a rollout that costs serving pods waits for the cooldown. One that keeps every
+    # pod the demand needs still leaves a preempting shape at once.
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    running, preempting = Layout(4, 13, 8), replace(fresh(2.0), preemption_rate=0.5)
+    just_rolled = PlannerState(applied=running, last_relayout_at=NOW - 900)  # loaded, within the cooldown
+    tp8 = Layout(8, 8, 4)
+    d = decide(replace(p, layout=tp8, ranked=(tp8,)), just_rolled, preempting, RAILS, NOW)
+    assert d.action is not Action.RELAYOUT and "RelayoutCooldown" in d.reason + d.message
+    tp8_3 = Layout(8, 8, 3)
+    d = decide(replace(p, layout=tp8_3, ranked=(tp8_3,)), just_rolled, preempting, RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable == 0
+
+
 def test_a_full_pool_that_meets_the_slo_keeps_its_shape_rather_than_give_way():
     p = plan(request(2.0, pool=32), fresh(2.0), NOW)
     running = Layout(4, 8, 8)  # safe by the model, and the engine reports nothing amiss
@@ -158,15 +173,23 @@ def test_a_full_pool_that_meets_the_slo_keeps_its_shape_rather_than_give_way():
 
 
 def test_a_full_pool_that_misses_the_slo_gives_way_to_the_plans_shape():
-    # The running shape meets the model but the engine reports TTFT over the limit; it fills the pool,
-    # so it cannot scale: staying keeps the miss, and the plan's shape comes by giving pods up.
+    # The engine reports TTFT over the limit, and the demand measured now is more than the running
+    # shape's eight pods carry: it fills the pool, so it cannot scale; staying keeps the miss, and the
+    # plan's shape comes by giving pods up.
     p = plan(request(2.0, pool=32), fresh(2.0), NOW)
     running = Layout(4, 8, 8)
     tp8 = Layout(8, 8, 4)
-    slow = replace(fresh(2.0), ttft_p95_seconds=9.0)
-    d = decide(replace(p, layout=tp8, ranked=(tp8,)), PlannerState(applied=running), slow, RAILS, NOW)
+    wants_tp8 = replace(p, layout=tp8, ranked=(tp8,))
+    carried = 8 * p.replica_rps(running)
+    overloaded = replace(fresh(1.2 * carried), ttft_p95_seconds=9.0)
+    d = decide(wants_tp8, PlannerState(applied=running), overloaded, RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable >= 1
     assert d.rollout.peak_gpus <= 32
+    # A miss the running pods have the capacity for (a burst, a slow request) is no reason to give a
+    # serving pod up; nor is the demand alone, while the SLO holds.
+    for observed in (replace(fresh(0.8 * carried), ttft_p95_seconds=9.0), fresh(1.2 * carried)):
+        d = decide(wants_tp8, PlannerState(applied=running), observed, RAILS, NOW)
+        assert d.action is not Action.RELAYOUT
 
 
 @settings(max_examples=200, deadline=None)

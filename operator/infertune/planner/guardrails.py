@@ -169,8 +169,12 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
     """Re-layouts are spaced by the cooldown. Only a shape that holds more KV than its pool (by the model,
     or the engine preempting) leaves within it: a stream decoding below the floor on a shape just
     rolled in is mended by the next cycles' fit, not by restarting again (that flips between shapes,
-    a model load each way)."""
-    if not _is_relayout(ctx) or (ctx.applied_unsafe and (ctx.over_line or _past_cliff(ctx.observation))):
+    a model load each way). A rollout that gives serving pods up waits for the cooldown whatever the
+    reason: it costs capacity on the way, and right after a re-layout the cold caches of the sessions it
+    moved make any shape look outgrown."""
+    gives_way = ctx.rollout is not None and ctx.rollout.max_unavailable > 0
+    urgent = ctx.applied_unsafe and (ctx.over_line or _past_cliff(ctx.observation))
+    if not _is_relayout(ctx) or (urgent and not gives_way):
         return _ok("relayout-cooldown")
     waited = _since(ctx.state.last_relayout_at, ctx.now)
     if waited < ctx.rails.relayout_cooldown_s:
@@ -426,7 +430,7 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
             # The engine preempts: the shape goes even if the pods it keeps meanwhile serve less than the
             # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good).
             rollout = reachable(plan, applied, running_safe=False, keep=0, load_seconds=guardrails.model_load_seconds)
-        if rollout is None and (unsafe or _slo_missed(plan, observation)):
+        if rollout is None:
             rollout = _giving_way(plan, applied, observation, guardrails)
         if rollout is not None:
             proposed = rollout.planned
@@ -464,14 +468,19 @@ def _fills_pool(plan: Plan, applied: Layout) -> bool:
 
 def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, rails: Guardrails) -> Rollout | None:
     """The plan's own shape by a rollout that gives old pods up before their replacements serve, for a
-    running shape that misses the SLO and fills the pool: it can neither scale nor be left otherwise.
-    Judged against the demand measured now; None without that figure."""
+    running shape that fills the pool and cannot stay: the engine reports it past the cliff, or it
+    misses the SLO while the demand measured now is more than all its pods carry (more replicas would
+    fix a miss, and the pool has none). The model's word alone never costs serving pods. None without
+    a demand figure, or when the shape can stay."""
     measured = None if observation is None or not observation.available else observation.demand_rate
     chosen, pool = plan.layout, plan.sizing.pool_gpus
     if chosen is None or pool is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
         return None
     running_rps, chosen_rps = plan.replica_rps(applied), plan.replica_rps(chosen)
     if running_rps is None or chosen_rps is None:
+        return None
+    outgrown = _slo_missed(plan, observation) and measured > applied.replicas * running_rps
+    if not (outgrown or _past_cliff(observation)):
         return None
     return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, measured)
 
