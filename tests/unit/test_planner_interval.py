@@ -69,21 +69,3 @@ def test_replicas_are_sized_by_the_slow_end_where_the_fit_extrapolates():
     at_slow_end = sustainable_rates(c, c, np.array([[slow_e2e]]), np.array([[row.ttft_seconds]]), None, 95)
     assert row.sustainable_rate == np.float64(at_slow_end[0][0]) < at_point[0][0]
 
-
-def test_beyond_the_samples_the_kv_line_holds_streams_for_the_slow_end():
-    """A slower pass holds each stream longer: at the same rate more slots are busy. Where the fit
-    extrapolates, the KV line is judged with that holding time; inside the samples the point stands."""
-    from infertune.planner.candidates import KV_RISK, Verdict, kv_risk
-
-    spread = replace(workload_preset("coding-agent"), context_cv=1.0)
-    table = plan(request(1.0, workload=spread), None, now=0.0).table
-    grid = table.grids[0]
-    at_point = kv_risk(table.kv_fraction, table.concurrency, table.sustainable_rate, grid.e2e_seconds, 1.0,
-                       table.headroom_line)
-    assert np.all(table.kv_risk >= at_point - 1e-12)
-    assert np.allclose(table.kv_risk[~grid.extrapolated], at_point[~grid.extrapolated])
-    flipped = [i for i in range(len(table)) if at_point[i] <= KV_RISK < table.kv_risk[i]]
-    assert flipped  # the point would have passed these caps; their slow end crosses the line
-    for i in flipped:
-        assert Verdict(int(table.verdict[i])) is Verdict.OVER_KV_HEADROOM
-        assert "slow end of the per-pass interval" in table.reason(i)

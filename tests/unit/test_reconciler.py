@@ -118,6 +118,27 @@ def test_a_lost_status_write_never_rolls_the_workload_back() -> None:
     assert world.report.current["applied"]["replicas"] == 4
 
 
+def test_a_restart_mid_rollout_keeps_the_strategy_the_workload_rolls_with() -> None:
+    """A rollout that gives way runs with maxSurge 0 and maxUnavailable 1 (planner/rollout.py). A
+    restarted operator re-renders the workload with the strategy it reads back, not its default: a
+    surge pod re-enabled on a full pool would stay Pending and stall the rollout."""
+    from infertune.actuate.workload import Owner, desired_objects, rollout_strategy_of
+
+    world = World()
+    world.converge()
+    running = world.running()
+    assert running is not None
+    resolved = world.reconciler.resolve(world.resource())
+    world.cluster.apply(desired_objects(Owner("kimi-k2", "inference", "uid-1"), resolved.spec, running, 8,
+                                        max_surge=0, max_unavailable=1))
+    restarted = Reconciler(world.cluster, world.hub, world.clock)
+    applied = len(world.cluster.applied)
+    assert not restarted.converge(world.resource(), world.report).changed
+    assert len(world.cluster.applied) == applied
+    obj = world.cluster.objects[(WorkloadKind.DEPLOYMENT.value, *KEY)]
+    assert rollout_strategy_of(obj) == (0, 1)
+
+
 def test_a_cycle_runs_once_per_interval() -> None:
     world = World()
     world.converge()
