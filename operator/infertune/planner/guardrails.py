@@ -470,8 +470,9 @@ def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, ra
     """The plan's own shape by a rollout that gives old pods up before their replacements serve, for a
     running shape that fills the pool and cannot stay: the engine reports it past the cliff, or it
     misses the SLO while the demand measured now is more than all its pods carry (more replicas would
-    fix a miss, and the pool has none). The model's word alone never costs serving pods. None without
-    a demand figure, or when the shape can stay."""
+    fix a miss, and the pool has none), by more over the re-layout horizon than the rollout's dip
+    leaves unserved. The model's word alone never costs serving pods. None without a demand figure,
+    or when the shape can stay."""
     measured = None if observation is None or not observation.available else observation.demand_rate
     chosen, pool = plan.layout, plan.sizing.pool_gpus
     if chosen is None or pool is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
@@ -479,10 +480,16 @@ def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, ra
     running_rps, chosen_rps = plan.replica_rps(applied), plan.replica_rps(chosen)
     if running_rps is None or chosen_rps is None:
         return None
-    outgrown = _slo_missed(plan, observation) and measured > applied.replicas * running_rps
-    if not (outgrown or _past_cliff(observation)):
+    # What staying leaves unserved over the horizon: the engine past the cliff serves nothing it can
+    # trust (its throughput collapses); an outgrown shape, the demand beyond what all its pods carry.
+    if _past_cliff(observation):
+        unserved = 1.0
+    elif _slo_missed(plan, observation):
+        unserved = max(0.0, 1.0 - applied.replicas * running_rps / measured)
+    else:
         return None
-    return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, measured)
+    return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, measured,
+                      unserved * rails.relayout_horizon_s)
 
 
 def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None) -> int | None:

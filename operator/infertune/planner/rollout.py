@@ -154,14 +154,17 @@ def _pod_counts(most: int) -> list[int]:
 
 
 def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: float, running_rps: float,
-               proposed_rps: float, demand_rps: float) -> Rollout | None:
+               proposed_rps: float, demand_rps: float, staying_unserved_s: float) -> Rollout | None:
     """The rollout to `proposed` that gives old pods up before their replacements serve (maxUnavailable
     > 0), for a running shape the full pool can leave no other way. Of the counts, maxUnavailable and
     maxSurge whose rollout the pool holds without a Pending pod, and that never leaves no pod serving:
     the one that leaves the least of `demand_rps` unserved over the rollout (each replica serving
     `running_rps` or `proposed_rps`; a count below the proposed one adds the load of the scale-up after
-    it), then the fewest loads, then the least GPU-time. None when the pool holds none, or no demand
-    figure says what the pods must carry."""
+    it), then the fewest loads, then the least GPU-time. None when the pool holds none, when no demand
+    figure says what the pods must carry, or when staying leaves less unserved than the rollout does
+    while it runs (`staying_unserved_s`: seconds of the whole demand, over the caller's horizon): the
+    queue a dip builds is demand served late, as is what an outgrown shape leaves, and a long model load
+    makes the dip the dearer of the two."""
     if demand_rps <= 0 or min(running_rps, proposed_rps) <= 0:
         return None
     best: tuple[tuple[float, int, float], Rollout] | None = None
@@ -182,7 +185,9 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
                 rank = (sum(1.0 - share for share in shares), rollout.waves, rollout.extra_gpu_seconds)
                 if best is None or rank < best[0]:
                     best = rank, rollout
-    return None if best is None else best[1]
+    if best is None:
+        return None
+    return best[1] if best[0][0] * load_seconds < staying_unserved_s else None
 
 
 def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,
