@@ -160,6 +160,11 @@ def test_giving_way_waits_for_the_relayout_cooldown_even_past_the_cliff():
     tp8_3 = Layout(8, 8, 3)
     d = decide(replace(p, layout=tp8_3, ranked=(tp8_3,)), just_rolled, preempting, RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable == 0
+    # Past one cooldown it still waits (two, so re-layouts stay at most two per two cooldowns); past two it goes.
+    for waited, goes in ((RAILS.relayout_cooldown_s + 60, False), (2 * RAILS.relayout_cooldown_s + 60, True)):
+        state = PlannerState(applied=running, last_relayout_at=NOW - waited)
+        d = decide(replace(p, layout=tp8, ranked=(tp8,)), state, preempting, RAILS, NOW)
+        assert (d.action is Action.RELAYOUT) is goes
 
 
 def test_a_full_pool_that_meets_the_slo_keeps_its_shape_rather_than_give_way():

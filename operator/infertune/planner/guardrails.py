@@ -177,9 +177,13 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
     if not _is_relayout(ctx) or (urgent and not gives_way):
         return _ok("relayout-cooldown")
     waited = _since(ctx.state.last_relayout_at, ctx.now)
-    if waited < ctx.rails.relayout_cooldown_s:
+    # The dearest re-layout waits two cooldowns, so re-layouts stay at most two per two cooldowns even
+    # when the last one was the urgent kind that skips its own.
+    cooldown = ctx.rails.relayout_cooldown_s * (2 if gives_way else 1)
+    if waited < cooldown:
+        kind = " for a rollout that gives pods up" if gives_way else ""
         return _hold("relayout-cooldown", DecisionReason.RELAYOUT_COOLDOWN,
-                     f"last re-layout {waited:.0f} s ago (cooldown {ctx.rails.relayout_cooldown_s:.0f} s)")
+                     f"last re-layout {waited:.0f} s ago (cooldown{kind} {cooldown:.0f} s)")
     return _ok("relayout-cooldown")
 
 
