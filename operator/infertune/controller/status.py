@@ -103,17 +103,14 @@ class WorkloadState:
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> WorkloadState:
         spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        surge, unavailable = rollout_strategy_of(dict(obj))
         generation = (obj.get("metadata") or {}).get("generation")
         seen = status.get("observedGeneration")
         return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
                    updated=status.get("updatedReplicas"),
                    current=generation is None or seen is None or int(seen) >= int(generation),
-                   layout=layout_of_workload(dict(obj)), owner=owner_uid(obj),
-                   **_strategy(rollout_strategy_of(dict(obj))))
-
-
-def _strategy(strategy: tuple[int, int]) -> dict[str, int]:
-    return {"max_surge": strategy[0], "max_unavailable": strategy[1]}
+                   layout=layout_of_workload(dict(obj)), max_surge=surge, max_unavailable=unavailable,
+                   owner=owner_uid(obj))
 
 
 def owner_uid(obj: Mapping[str, Any]) -> str:

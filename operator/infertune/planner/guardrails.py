@@ -195,10 +195,10 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
     if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return _ok("relayout-payback")
     if ctx.rollout.max_unavailable > 0:
-        # Giving way is chosen only when the SLO is missed on a pool the running shape fills: staying
-        # saves nothing, it keeps the miss.
+        # Giving way has weighed its dip against what staying leaves unserved (planner/rollout.py): a
+        # shape that cannot stay is not judged by what it saves.
         return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
-                   "the running shape misses the SLO and fills the pool: staying keeps the miss")
+                   "the running shape fills the pool and cannot stay; the rollout's dip leaves less unserved")
     assert ctx.proposed is not None
     price_per_gpu_second = _price(ctx) / 3600.0
     baseline = ctx.current or ctx.applied

@@ -132,14 +132,17 @@ def _fitted(running: Layout, target: Layout, pool_gpus: int | None, load_seconds
 
 
 def _rollout(running: Layout, proposed: Layout, target: Layout, surge: int, load_seconds: float,
-             unavailable: int = 0) -> Rollout:
-    steps = _waves(running.replicas, target.replicas, surge, unavailable)
-    kept = steps[0][0] if steps else min(running.replicas, target.replicas)
-    held = sum(_held(running, target, wave) for wave in steps)
+             unavailable: int = 0, steps: list[Wave] | None = None) -> Rollout:
+    """The rollout's figures from its waves (`steps`, when the caller has them already)."""
+    if steps is None:
+        steps = _waves(running.replicas, target.replicas, surge, unavailable)
+    if not steps:
+        peak = peak_gpus(running, target, surge, unavailable)
+        return Rollout(proposed, target, min(running.replicas, target.replicas), surge, 0, 0.0, peak, 0.0, unavailable)
+    held = [_held(running, target, wave) for wave in steps]
     duration = len(steps) * load_seconds
-    extra = max(held * load_seconds - target.gpus * duration, 0.0)
-    return Rollout(proposed, target, kept, surge, len(steps), duration, peak_gpus(running, target, surge, unavailable),
-                   extra, unavailable)
+    extra = max(sum(held) * load_seconds - target.gpus * duration, 0.0)
+    return Rollout(proposed, target, steps[0][0], surge, len(steps), duration, max(held), extra, unavailable)
 
 
 def _pod_counts(most: int) -> list[int]:
@@ -173,15 +176,18 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
         for unavailable in _pod_counts(count)[1:]:
             for surge in _pod_counts(count):
                 steps = _waves(running.replicas, count, surge, unavailable)
-                if not steps or max(_held(running, target, wave) for wave in steps) > pool_gpus:
+                if not steps:
                     continue
-                if count < proposed.replicas:
-                    steps.append((0, count, proposed.replicas - count))  # the scale-up that follows
-                shares = [min(1.0, (old * running_rps + ready * proposed_rps) / demand_rps) for old, ready, _ in steps]
+                rollout = _rollout(running, proposed, target, surge, load_seconds, unavailable, steps)
+                if rollout.peak_gpus > pool_gpus:
+                    continue
+                # A count below the proposed one is followed by the scale-up to it: one more load.
+                after = [(0, count, proposed.replicas - count)] if count < proposed.replicas else []
+                shares = [min(1.0, (old * running_rps + ready * proposed_rps) / demand_rps)
+                          for old, ready, _ in steps + after]
                 if min(shares) <= 0:
                     continue  # nothing serving for a whole model load: an outage, never a rollout
-                rollout = replace(_rollout(running, proposed, target, surge, load_seconds, unavailable),
-                                  serving_share=min(shares))
+                rollout = replace(rollout, serving_share=min(shares))
                 rank = (sum(1.0 - share for share in shares), rollout.waves, rollout.extra_gpu_seconds)
                 if best is None or rank < best[0]:
                     best = rank, rollout
