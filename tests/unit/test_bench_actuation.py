@@ -95,10 +95,26 @@ def test_a_policy_that_asks_for_more_than_the_pool_gets_only_the_pool() -> None:
     assert result.gpu_hours == 64 * 600.0 / 3600
 
 
+def _rolls_within_the_pool(act: Actuator, target: Layout, surge: int, unavailable: int, loads: int) -> None:
+    """Applies the strategy and runs `loads` model loads: never a Pending pod, never more than the pool,
+    never nothing ready; at the end only the target's pods serve."""
+    act.apply(target, surge, unavailable)
+    t = 0.0
+    while t < loads * LOAD:
+        assert not act.pending and act.held_gpus() <= act.pool_gpus
+        assert any(act.ready(r) for r in act.serving())
+        t += LOAD / 4
+        act.fleet.run_until(t)
+        act.reconcile()
+    shapes = {(r.config.tp, r.config.max_num_seqs) for r in act.serving()}
+    assert shapes == {(target.tensor_parallel_size, target.max_num_seqs)}
+    assert len(act.serving()) == target.replicas
+
+
 def test_a_rollout_that_gives_way_completes_within_a_full_pool() -> None:
     """TP4 x8 fills 32 GPUs; TP8 x4 has no maxUnavailable-0 rollout there. With the strategy the
     planner renders for it (planner/rollout.py, giving_way), the bench's Deployment controller rolls
-    it pod by pod without a Pending pod and without ever leaving nothing serving."""
+    it without a Pending pod and without ever leaving nothing serving."""
     from infertune.planner.rollout import giving_way
 
     running, proposed = Layout(4, 8, 8), Layout(8, 8, 4)
@@ -106,13 +122,12 @@ def test_a_rollout_that_gives_way_completes_within_a_full_pool() -> None:
     assert rollout is not None and rollout.max_unavailable >= 1
     act = actuator(pool=32)
     act.start(running)
-    act.apply(rollout.target, rollout.max_surge, rollout.max_unavailable)
-    t = 0.0
-    while t < (rollout.waves + 2) * LOAD:
-        assert not act.pending and act.held_gpus() <= 32
-        assert any(act.ready(r) for r in act.serving())
-        t += LOAD / 4
-        act.fleet.run_until(t)
-        act.reconcile()
-    shapes = {(r.config.tp, r.config.max_num_seqs) for r in act.serving()}
-    assert shapes == {(8, 8)} and len(act.serving()) == rollout.target.replicas
+    _rolls_within_the_pool(act, rollout.target, rollout.max_surge, rollout.max_unavailable, rollout.waves + 2)
+
+
+def test_max_unavailable_alone_moves_a_rollout() -> None:
+    """maxSurge 0, maxUnavailable 1 at the same count: only the old pods the controller may give up
+    make room, one at a time (with maxUnavailable ignored nothing would ever start)."""
+    act = actuator(pool=32)
+    act.start(Layout(4, 8, 8))
+    _rolls_within_the_pool(act, Layout(4, 6, 8), surge=0, unavailable=1, loads=8 + 2)
