@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model import LinearFit, load_gpu, load_model, workload_preset
-from infertune.model.early_warning import CliffReason, CliffWarning
 from infertune.planner import Action, Guardrails, Layout, PlannerState, PlanRequest, SloTarget, decide, next_state, plan
 
 RAILS = Guardrails(scale_up_cooldown_s=60, scale_down_cooldown_s=300, relayout_cooldown_s=1800,
@@ -111,23 +109,6 @@ def test_an_unsafe_running_layout_is_relaid_out_despite_cooldown():
     # TP8 with 48 seqs is past the cliff (~31): safety wins over the cooldown and the payback rule.
     _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900))
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
-
-
-def test_the_model_alone_does_not_tear_down_a_shape_the_engine_holds_clear_of_the_cliff():
-    """TP8 c=48 is past the KV line by the model at its sized load. With the engine's pressure clear and
-    steady (HeadroomOK) the running shape is kept and sized as it is (a held re-layout scales it); once
-    the pressure is rising towards the cliff, or unknown, the model's verdict tears it down as before."""
-    state = PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900)
-    p = plan(request(3.0), fresh(3.0), NOW)
-    assert p.sized(Layout(8, 48, 8)) is None  # over the line by the model
-    clear = CliffWarning(0.7, math.inf, CliffReason.OK, "KV pressure 30%")
-    kept = decide(p, state, fresh(3.0), RAILS, NOW, clear)
-    assert kept.action is not Action.RELAYOUT and kept.reason != "CurrentLayoutUnsafe"
-    assert "RelayoutCooldown" in kept.reason + kept.message  # a better shape waits its turn
-    approaching = CliffWarning(0.4, 600.0, CliffReason.APPROACHING, "KV pressure 60% rising: cliff in ~600s")
-    for warning in (approaching, CliffWarning(None, math.inf, CliffReason.UNKNOWN, "no figure"), None):
-        torn = decide(p, state, fresh(3.0), RAILS, NOW, warning)
-        assert torn.action is Action.RELAYOUT and torn.reason == "CurrentLayoutUnsafe"
 
 
 def test_a_relayout_still_loading_is_not_relaid_out_again():

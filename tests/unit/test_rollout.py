@@ -21,7 +21,6 @@ from infertune.planner import (
     next_state,
     plan,
 )
-from infertune.planner.candidates import Verdict
 from infertune.planner.rollout import giving_way, peak_gpus, plan_rollout, reachable
 
 RAILS = Guardrails(model_load_seconds=600, relayout_cooldown_s=1800)
@@ -360,21 +359,3 @@ def test_only_the_plans_own_choice_sheds_pods():
     assert reachable(ranked, running, keep=16, keep_at_least=9) is None
     mine = replace(p, layout=next_best, ranked=(next_best,))
     assert reachable(mine, running, keep=16, keep_at_least=9) is not None
-
-
-def test_a_running_shape_goes_only_when_its_working_set_is_past_the_line_more_often_than_not():
-    """A new shape keeps its working set past the KV line at most 5% of the time at its sized load; a
-    running one is kept until that is more often than not. A shape in between (here the coding-agent
-    preset's spread of contexts) is not chosen, yet not restarted either."""
-    spread = replace(request(2.0), workload=workload_preset("coding-agent"))
-    p = plan(spread, fresh(2.0), NOW)
-    table = p.table
-    band = 0
-    for row in range(len(table)):
-        shape = Layout(int(table.tp[row]), int(table.concurrency[row]), 1)
-        risk, fraction = float(table.kv_risk[row]), float(table.kv_fraction[row])
-        if table.verdict[row] in (Verdict.EXCEEDS_POOL, Verdict.WEIGHTS_DO_NOT_FIT):  # never sized
-            continue
-        assert (p.sized(shape) is None) == (risk > 0.5 or fraction > 1.0), (shape, risk, fraction)
-        band += 0.25 < risk <= 0.5 and fraction <= 1.0
-    assert band >= 1  # shapes a 25% line would have torn down are kept

@@ -110,7 +110,7 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
                                                 request.guardrails.model_load_seconds)
     the_plan = plan(request, inp.observation, inp.now, look)
-    decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now, inp.warning)
+    decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)
     mode = _mode_action(inp, decision)
     target = mode.target
     new_state = next_state(state, decision, request.guardrails, applied=target is not None)

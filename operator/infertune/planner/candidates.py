@@ -50,12 +50,10 @@ FloatArray = npt.NDArray[np.float64]
 # the mean this far one time in twenty.
 WORKING_SET_Z = 1.645
 # A new layout may have its working set past the KV line this share of the time at its sized load; a
-# running one is torn down only when it is past the line more often than not (its median working set
-# crosses it). Between the two lies a band of about a fifth of the mean context: a shape at the
-# boundary is not restarted every time the request shape moves (at 25% the band was half as wide, and a
-# 60-second-load week re-laid out about every 25 minutes as session contexts came and went).
+# running one is torn down only past RUNNING_KV_RISK (so a shape at the boundary is not restarted
+# every time the request shape moves).
 KV_RISK = 0.05
-RUNNING_KV_RISK = 0.5
+RUNNING_KV_RISK = 0.25
 
 
 class Verdict(IntEnum):

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from infertune.api.observation import MetricsFault, Observation
-from infertune.model.early_warning import CLIFF_USAGE, CliffReason, CliffWarning
+from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.plan import Plan
 from infertune.planner.rollout import Rollout, giving_way, peak_gpus, reachable
 from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState
@@ -319,21 +319,6 @@ def _slo_missed(plan: Plan, obs: Observation | None) -> bool:
     return _too_slow(plan, obs) or (limit is not None and ttft is not None and ttft > limit)
 
 
-def _engine_clear(warning: CliffWarning | None) -> bool:
-    """The engine's KV pressure (observed use, and the working set of the streams that run now) is
-    below the headroom line and not rising towards the cliff within the warning's horizon.
-
-    The model judges a shape's working set with every replica at the load it is sized for and the
-    request shape of the last window; a coding session's mean context moves by half from one
-    minute's completions to the next, and the running shape's verdict flipped with it (a week with a
-    60-second model load tore down a shape the engine held at 6-45% of its pool 12 times in 12 hours,
-    each a re-layout that skipped the cooldown). A running shape is torn down for the KV line when
-    the model says so and the engine does not contradict it: a clear, steady pressure does. Growing
-    contexts or load show as a slope, and the warning then fires a horizon ahead, so the re-layout
-    still starts before the cliff; without a warning (no pressure figures) the model stands."""
-    return warning is not None and warning.reason is CliffReason.OK
-
-
 def _roomier(proposed: Layout | None, applied: Layout) -> bool:
     """More KV pool per stream (the pool grows with TP): a move away from the cliff."""
     return proposed is not None and (proposed.tensor_parallel_size * applied.max_num_seqs
@@ -435,11 +420,9 @@ _RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_
 
 
 def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
-           now: float, warning: CliffWarning | None = None) -> Decision:
+           now: float) -> Decision:
     applied = state.applied
     current = None if applied is None else plan.sized(applied)
-    if applied is not None and current is None and _engine_clear(warning):
-        current = plan.sized(applied, over_line=True)
     unsafe = _applied_unsafe(plan, applied, current, observation)
     proposed, rollout = plan.layout, None
     if applied is not None and proposed is not None and not applied.same_shape(proposed):
