@@ -165,6 +165,10 @@ def test_giving_way_waits_for_the_relayout_cooldown_even_past_the_cliff():
         state = PlannerState(applied=running, last_relayout_at=NOW - waited)
         d = decide(replace(p, layout=tp8, ranked=(tp8,)), state, preempting, RAILS, NOW)
         assert (d.action is Action.RELAYOUT) is goes
+        if goes:
+            assert d.rollout is not None and d.rollout.max_unavailable >= 1  # it is the giving way that went
+        else:
+            assert "for a rollout that gives pods up" in d.reason + d.message
 
 
 def test_a_full_pool_that_meets_the_slo_keeps_its_shape_rather_than_give_way():
