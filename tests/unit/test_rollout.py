@@ -24,6 +24,7 @@ from infertune.planner import (
 from infertune.planner.rollout import giving_way, peak_gpus, plan_rollout, reachable
 
 RAILS = Guardrails(model_load_seconds=600, relayout_cooldown_s=1800)
+TWO_HOURS = replace(RAILS, relayout_horizon_s=7200)  # for re-layouts that repay their rollout in two
 NOW = 50_000.0
 
 
@@ -78,16 +79,19 @@ def test_an_unreachable_cheaper_layout_holds_and_the_running_shape_follows_deman
     assert d.action is not Action.RELAYOUT
     assert "RelayoutWouldDropCapacity" in d.reason + d.message
     # In a roomy pool, once a whole stabilisation window has seen the demand want 8 of the 12 TP4 pods,
-    # the same re-layout goes ahead: at 8 TP8 pods, all 8 started at once, until the roll is over.
+    # the same re-layout goes ahead: at 8 TP8 pods, all 8 started at once, until the roll is over. (Its
+    # saving, 8 GPUs, repays the load's 96 GPUs in about 80 minutes, so over a two-hour horizon.)
     roomy = replace(wants_tp8, sizing=replace(wants_tp8.sizing, pool_gpus=256))
     seen = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 8),))
     d = decide(roomy, seen, fresh(2.0), RAILS, NOW)
+    assert d.action is not Action.RELAYOUT and "RelayoutNotWorthIt" in d.message
+    d = decide(roomy, seen, fresh(2.0), TWO_HOURS, NOW)
     assert d.action is Action.RELAYOUT and d.target == Layout(8, 21, 8) and d.recommended == tp8
     assert d.rollout is not None and d.rollout.max_surge == 8 and d.rollout.waves == 1
     assert "the old pods the demand needs serve until new ones are ready" in d.message
     # With no such history (a first visit) every running pod is kept, so the rollout would hold 144
-    # GPUs for a load and 12 TP8 pods after it: more than an hour of the saving. It waits.
-    d = decide(roomy, PlannerState(applied=running), fresh(2.0), RAILS, NOW)
+    # GPUs for a load: more than the two hours' saving. It waits.
+    d = decide(roomy, PlannerState(applied=running), fresh(2.0), TWO_HOURS, NOW)
     assert d.action is not Action.RELAYOUT and d.reason == "RelayoutNotWorthIt"
 
 
@@ -184,27 +188,41 @@ def test_a_full_pool_that_meets_the_slo_keeps_its_shape_rather_than_give_way():
 def test_a_full_pool_that_misses_the_slo_gives_way_to_the_plans_shape():
     # The engine reports TTFT over the limit, and the demand measured now is more than the running
     # shape's eight pods carry: it fills the pool, so it cannot scale; staying keeps the miss, and the
-    # plan's shape comes by giving pods up.
+    # plan's shape (the same pods at a higher concurrency, which carry the demand) comes by giving
+    # pods up.
     p = plan(request(2.0, pool=32), fresh(2.0), NOW)
-    running = Layout(4, 8, 8)
-    tp8 = Layout(8, 8, 4)
-    wants_tp8 = replace(p, layout=tp8, ranked=(tp8,))
+    running, wider = Layout(4, 4, 8), Layout(4, 16, 8)
+    wants_wider = replace(p, layout=wider, ranked=(wider,))
     carried = 8 * p.replica_rps(running)
-    overloaded = replace(fresh(2.0 * carried), ttft_p95_seconds=9.0)
-    d = decide(wants_tp8, PlannerState(applied=running), overloaded, RAILS, NOW)
+    assert 8 * p.replica_rps(wider) > 1.5 * carried
+    overloaded = replace(fresh(1.5 * carried), ttft_p95_seconds=9.0)
+    d = decide(wants_wider, PlannerState(applied=running), overloaded, RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable >= 1
     assert d.rollout.peak_gpus <= 32
     # Just past what the pods carry, with a model load as long as the dip's: staying leaves less unserved
     # over the horizon than the rollout's dip would, so the shape stays.
     slightly = replace(fresh(1.05 * carried), ttft_p95_seconds=9.0)
     long_load = replace(RAILS, model_load_seconds=1800, relayout_horizon_s=3600)
-    d = decide(wants_tp8, PlannerState(applied=running), slightly, long_load, NOW)
+    d = decide(wants_wider, PlannerState(applied=running), slightly, long_load, NOW)
     assert d.action is not Action.RELAYOUT
     # A miss the running pods have the capacity for (a burst, a slow request) is no reason to give a
     # serving pod up; nor is the demand alone, while the SLO holds.
-    for observed in (replace(fresh(0.8 * carried), ttft_p95_seconds=9.0), fresh(2.0 * carried)):
-        d = decide(wants_tp8, PlannerState(applied=running), observed, RAILS, NOW)
+    for observed in (replace(fresh(0.8 * carried), ttft_p95_seconds=9.0), fresh(1.5 * carried)):
+        d = decide(wants_wider, PlannerState(applied=running), observed, RAILS, NOW)
         assert d.action is not Action.RELAYOUT
+
+
+def test_giving_way_never_trades_a_full_pool_for_a_shape_that_carries_less():
+    # TP8 x4 carries less than the TP4 x8 that runs: however overloaded, giving pods up for it would add
+    # the dip to a shortfall the finished shape keeps over the horizon (the rollout used to be judged
+    # over its own waves only, which let a deep one-wave dip through).
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    running, tp8 = Layout(4, 8, 8), Layout(8, 8, 4)
+    assert 4 * p.replica_rps(tp8) < 8 * p.replica_rps(running)
+    carried = 8 * p.replica_rps(running)
+    overloaded = replace(fresh(2.0 * carried), ttft_p95_seconds=9.0)
+    d = decide(replace(p, layout=tp8, ranked=(tp8,)), PlannerState(applied=running), overloaded, RAILS, NOW)
+    assert d.action is not Action.RELAYOUT
 
 
 @settings(max_examples=200, deadline=None)
@@ -215,7 +233,8 @@ def test_giving_way_never_asks_past_the_pool_nor_leaves_nothing_serving(old_tp, 
                                                                         running_rps, new_rps, demand):
     running = Layout(old_tp, 8, pool // old_tp)  # a full pool
     proposed = Layout(new_tp, 8, min(new_count, pool // new_tp))
-    rollout = giving_way(running, proposed, pool, 600.0, running_rps, new_rps, demand, staying_unserved_s=1e9)
+    rollout = giving_way(running, proposed, pool, 600.0, running_rps, new_rps, demand, staying_unserved_s=1e9,
+                         horizon_s=3600.0)
     if rollout is None:
         return
     assert rollout.peak_gpus <= pool and rollout.max_unavailable >= 1 and rollout.serving_share > 0
@@ -315,12 +334,15 @@ def test_a_shape_that_fills_the_pool_can_still_be_left():
     needed_now = p.sized(running, over_line=True, demand_rps=fresh(2.0).demand_rate)
     assert needed_now is not None and needed_now.replicas < 16
     remembered = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
+    # Two waves of a full pool for 8 GPUs saved: it repays them over two hours, not one.
     d = decide(p, remembered, fresh(2.0), RAILS, NOW)
+    assert d.action is not Action.RELAYOUT and d.reason == "RelayoutNotWorthIt"
+    d = decide(p, remembered, fresh(2.0), TWO_HOURS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None
     assert d.rollout.peak_gpus <= 64 and d.rollout.kept >= needed_now.replicas
     # With room for one more pod of what runs, nothing is shed: every remembered pod is kept.
     roomy = replace(p, sizing=replace(p.sizing, pool_gpus=68))
-    d = decide(roomy, remembered, fresh(2.0), RAILS, NOW)
+    d = decide(roomy, remembered, fresh(2.0), TWO_HOURS, NOW)
     assert d.action is not Action.RELAYOUT or (d.rollout is not None and d.rollout.kept == 16)
 
 
@@ -346,7 +368,7 @@ def test_the_shape_rolled_from_survives_a_restart():
     state = PlannerState(applied=Layout(4, 6, 7), last_relayout_at=NOW, rolled_from=Layout(8, 6, 7))
     assert state_from_status({"guardrails": state_to_status(state)}).rolled_from == Layout(8, 6, 7)
     d = decide(plan(request(2.0), fresh(2.0), NOW), PlannerState(applied=Layout(4, 5, 16),
-               recent_recommendations=((NOW - 100, 16),)), fresh(2.0), RAILS, NOW)
+               recent_recommendations=((NOW - 100, 16),)), fresh(2.0), TWO_HOURS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None
     after = next_state(PlannerState(applied=Layout(4, 5, 16)), d, RAILS)
     assert after.rolled_from == Layout(4, 5, d.rollout.kept)
@@ -363,3 +385,18 @@ def test_only_the_plans_own_choice_sheds_pods():
     assert reachable(ranked, running, keep=16, keep_at_least=9) is None
     mine = replace(p, layout=next_best, ranked=(next_best,))
     assert reachable(mine, running, keep=16, keep_at_least=9) is not None
+
+
+def test_a_rollout_saves_nothing_until_it_is_over():
+    # 16 TP4 pods fill 64 GPUs; the demand needs 15 of them, and TP4 c=16 would carry it on 11. Keeping
+    # the 15 beside one surge pod rolls one pod per 900 s load: 15 loads, 3.75 hours at a full pool.
+    rollout = plan_rollout(Layout(4, 6, 16), Layout(4, 16, 11), keep=15, pool_gpus=64, load_seconds=900.0)
+    assert rollout is not None and rollout.waves == 15 and rollout.peak_gpus == 64
+    # Over an hour it holds the whole pool: more than the 15 pods staying would (the 20 GPUs it saves
+    # come after the horizon). Over a day the saving is real.
+    assert rollout.gpu_seconds_over(3600.0) == 64 * 3600.0 > 60 * 3600.0
+    assert rollout.gpu_seconds_over(86_400.0) < 60 * 86_400.0
+    # One wave: the saving starts after one load.
+    quick = plan_rollout(Layout(4, 6, 8), Layout(4, 16, 5), keep=8, pool_gpus=64, load_seconds=900.0)
+    assert quick is not None and quick.waves == 1
+    assert quick.gpu_seconds_over(3600.0) == quick.held_gpus[0] * 900.0 + 20 * 2700.0

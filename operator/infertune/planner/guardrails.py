@@ -206,14 +206,17 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
         return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
                      f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} needs "
                      f"{ctx.proposed.gpus} GPUs against {baseline.gpus}: less than {ctx.rails.hysteresis:.0%} saved")
-    saving = (baseline.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
-    restart = ctx.rollout.extra_gpu_seconds * price_per_gpu_second
-    if saving <= restart:
+    # Over the horizon, both from now: the running shape as the demand sizes it, against the rollout's
+    # waves (old and new pods both paid) and then the new shape. The saving starts when the rollout ends.
+    horizon = ctx.rails.relayout_horizon_s
+    staying = baseline.gpus * horizon * price_per_gpu_second
+    moving = ctx.rollout.gpu_seconds_over(horizon) * price_per_gpu_second
+    if moving >= staying:
         return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
-                     f"saves ${saving:.2f} over {ctx.rails.relayout_horizon_s:.0f} s; the rollout costs "
-                     f"${restart:.2f} ({ctx.rollout.describe()})")
+                     f"costs ${moving:.2f} over {horizon:.0f} s against ${staying:.2f} for staying "
+                     f"({ctx.rollout.describe()})")
     return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
-               f"saves ${saving:.2f}, the rollout costs ${restart:.2f}")
+               f"saves ${staying - moving:.2f} over {horizon:.0f} s, the rollout included")
 
 
 def check_hysteresis(ctx: _Context) -> Check:
@@ -493,7 +496,7 @@ def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, ra
     else:
         return None
     return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, measured,
-                      unserved * rails.relayout_horizon_s)
+                      unserved * rails.relayout_horizon_s, rails.relayout_horizon_s)
 
 
 def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None) -> int | None:

@@ -54,6 +54,18 @@ class Rollout:
     # The least share of the demand measured now that the serving pods carry during the rollout; only a
     # rollout that gives way computes it (the others keep every old pod the demand needs).
     serving_share: float = 1.0
+    held_gpus: tuple[int, ...] = ()  # GPUs old and new pods hold during each wave
+
+    def gpu_seconds_over(self, horizon_s: float) -> float:
+        """GPU-time the re-layout holds over the horizon from its start: each wave's pods for a model
+        load, then the planned shape's own. What a re-layout saves comes only once it is over: a
+        rollout that outlasts the horizon saves nothing within it."""
+        load = self.duration_s / self.waves if self.waves else 0.0
+        held, elapsed = 0.0, 0.0
+        for gpus in self.held_gpus:
+            held += gpus * min(load, max(horizon_s - elapsed, 0.0))
+            elapsed += load
+        return held + self.planned.gpus * max(horizon_s - elapsed, 0.0)
 
     def describe(self) -> str:
         given_up = ("" if self.max_unavailable == 0 else
@@ -142,7 +154,8 @@ def _rollout(running: Layout, proposed: Layout, target: Layout, surge: int, load
     held = [_held(running, target, wave) for wave in steps]
     duration = len(steps) * load_seconds
     extra = max(sum(held) * load_seconds - target.gpus * duration, 0.0)
-    return Rollout(proposed, target, steps[0][0], surge, len(steps), duration, max(held), extra, unavailable)
+    return Rollout(proposed, target, steps[0][0], surge, len(steps), duration, max(held), extra, unavailable,
+                   held_gpus=tuple(held))
 
 
 def _pod_counts(most: int) -> list[int]:
@@ -157,7 +170,8 @@ def _pod_counts(most: int) -> list[int]:
 
 
 def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: float, running_rps: float,
-               proposed_rps: float, demand_rps: float, staying_unserved_s: float) -> Rollout | None:
+               proposed_rps: float, demand_rps: float, staying_unserved_s: float,
+               horizon_s: float) -> Rollout | None:
     """The rollout to `proposed` that gives old pods up before their replacements serve (maxUnavailable
     > 0), for a running shape the full pool can leave no other way. Of the counts, maxUnavailable and
     maxSurge whose rollout the pool holds without a Pending pod, and that never leaves no pod serving:
@@ -170,6 +184,8 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
     makes the dip the dearer of the two."""
     if demand_rps <= 0 or min(running_rps, proposed_rps) <= 0:
         return None
+    # What the finished shape leaves unserved for the rest of the horizon, as staying is charged for it.
+    finished = min(1.0, proposed.replicas * proposed_rps / demand_rps)
     best: tuple[tuple[float, int, float], Rollout] | None = None
     for count in range(1, max(proposed.replicas, running.replicas) + 1):
         target = replace(proposed, replicas=count)
@@ -188,12 +204,26 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
                 if min(shares) <= 0:
                     continue  # nothing serving for a whole model load: an outage, never a rollout
                 rollout = replace(rollout, serving_share=min(shares))
-                rank = (sum(1.0 - share for share in shares), rollout.waves, rollout.extra_gpu_seconds)
+                rank = (_unserved_over(shares, load_seconds, finished, horizon_s), rollout.waves,
+                        rollout.extra_gpu_seconds)
                 if best is None or rank < best[0]:
                     best = rank, rollout
     if best is None:
         return None
-    return best[1] if best[0][0] * load_seconds < staying_unserved_s else None
+    return best[1] if best[0][0] < staying_unserved_s else None
+
+
+def _unserved_over(shares: list[float], load_seconds: float, finished: float, horizon_s: float) -> float:
+    """Seconds of the whole demand left unserved over the horizon: each wave's shortfall for a model
+    load, then the finished shape's until the horizon ends. A common horizon for every rollout and for
+    staying: summed over its own waves only, a rollout that ends sooner would be let off the finished
+    shape's shortfall, which favours the deepest dips (most pods given up at once, fewest waves)."""
+    unserved, elapsed = 0.0, 0.0
+    for share in shares:
+        spell = min(load_seconds, max(horizon_s - elapsed, 0.0))
+        unserved += (1.0 - share) * spell
+        elapsed += load_seconds
+    return unserved + (1.0 - finished) * max(horizon_s - elapsed, 0.0)
 
 
 def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,
