@@ -288,22 +288,25 @@ def test_the_surge_uses_the_room_the_pool_has():
 def test_a_full_pool_rolls_into_a_cheaper_shape_once_the_demand_needs_fewer_pods():
     """The held-out chat trace: the starting layout filled the pool with TP8 pods sized for a coding
     hint, the traffic needed a fraction of it, and every re-layout was refused for want of room. Now
-    the running shape first drops to what the demand needs, which makes room, and the next cycle rolls
-    into the cheaper shape within the pool."""
+    the cheaper shape rolls in within the pool: fewer new pods first when the plan's count leaves no
+    room beside the old ones the demand needs (the rest follow as a scale-up), or else the running
+    shape first drops to what the demand needs, which makes room, and the next cycle rolls."""
     p = plan(request(2.0), fresh(2.0), NOW)
     assert p.layout is not None and p.layout.tensor_parallel_size == 4
     running = Layout(8, 16, 8)  # 64 GPUs: the whole pool
     needed = p.sized(running)
     assert needed is not None and needed.replicas < 8
     state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
-    first = decide(p, state, fresh(2.0), RAILS, NOW)
-    assert first.action is Action.SCALE_DOWN and first.target == needed
-    state = next_state(state, first, RAILS)
-    later = NOW + 60
-    second = decide(plan(request(2.0), fresh(2.0), later), state, fresh(2.0), RAILS, later)
-    assert second.action is Action.RELAYOUT and second.rollout is not None
-    assert second.target is not None and second.target.tensor_parallel_size == 4
-    assert second.rollout.peak_gpus <= 64 and second.rollout.max_surge >= 2 and "wave" in second.message
+    decision = decide(p, state, fresh(2.0), RAILS, NOW)
+    if decision.action is Action.SCALE_DOWN:
+        assert decision.target == needed
+        state = next_state(state, decision, RAILS)
+        later = NOW + 60
+        decision = decide(plan(request(2.0), fresh(2.0), later), state, fresh(2.0), RAILS, later)
+    assert decision.action is Action.RELAYOUT and decision.rollout is not None
+    assert decision.target is not None and decision.target.tensor_parallel_size == 4
+    assert decision.rollout.peak_gpus <= 64 and "wave" in decision.message
+    assert decision.rollout.kept >= needed.replicas  # the old pods the demand needs serve meanwhile
 
 
 @settings(max_examples=300, deadline=None)
@@ -400,3 +403,21 @@ def test_a_rollout_saves_nothing_until_it_is_over():
     quick = plan_rollout(Layout(4, 6, 8), Layout(4, 16, 5), keep=8, pool_gpus=64, load_seconds=900.0)
     assert quick is not None and quick.waves == 1
     assert quick.gpu_seconds_over(3600.0) == quick.held_gpus[0] * 900.0 + 20 * 2700.0
+
+
+def test_near_a_full_pool_fewer_new_pods_roll_in_first():
+    # TP4 c=10 x6 holds 24 of 32 GPUs; the plan wants TP4 c=6 x8. At 8 the Deployment starts two new
+    # pods at once beside the six old ones, plus the surge pod: 36 GPUs, so that rollout stalls. At 7
+    # it fits (six old, two new), and the eighth pod follows as a scale-up once the rollout is over.
+    running, wanted = Layout(4, 10, 6), Layout(4, 6, 8)
+    assert all(peak_gpus(running, wanted, surge) > 32 for surge in range(1, 9))
+    rollout = plan_rollout(running, wanted, keep=6, pool_gpus=32, load_seconds=900.0)
+    assert rollout is not None and rollout.planned == wanted and rollout.target == Layout(4, 6, 7)
+    assert rollout.peak_gpus <= 32 and rollout.kept == 6
+    assert rollout.waves == len(rollout.held_gpus) and rollout.duration_s == 900.0 * rollout.waves
+    # Never fewer new pods than the old ones the demand needs: that would drop them at once.
+    assert plan_rollout(Layout(4, 10, 8), wanted, keep=8, pool_gpus=32, load_seconds=900.0) is None
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    d = decide(replace(p, layout=wanted, ranked=(wanted,)), PlannerState(applied=running), fresh(2.0), RAILS, NOW)
+    if d.action is Action.RELAYOUT:
+        assert d.target == Layout(4, 6, 7) and "the rest follow once the rollout is over" in d.message

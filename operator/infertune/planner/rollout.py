@@ -130,9 +130,29 @@ def plan_rollout(running: Layout, proposed: Layout, keep: int | None = None, poo
     # rollout of one pod at a time across a full pool takes a model load per pod.
     fitting = [r for r in (_fitted(running, replace(proposed, replicas=c), pool_gpus, load_seconds, proposed)
                            for c in range(top, max(proposed.replicas, floor) - 1, -1)) if r is not None]
-    if not fitting or fitting[0].target.replicas == top:
-        return fitting[0] if fitting else None
+    if not fitting:
+        # With no old pod to keep (a shape past the cliff that leaves anyway), fewer new pods would only
+        # drop old ones at once: giving way weighs such dips.
+        return None if floor < 1 else _fewer_first(running, proposed, floor, pool_gpus, load_seconds)
+    if fitting[0].target.replicas == top:
+        return fitting[0]
     return min(fitting, key=lambda r: (r.waves, -r.kept))
+
+
+def _fewer_first(running: Layout, proposed: Layout, floor: int, pool_gpus: int | None,
+                 load_seconds: float) -> Rollout | None:
+    """A rollout to fewer new pods than `proposed` wants, the rest by an ordinary scale-up once it is
+    over (one load more). Near a full pool, a count above the old one makes the Deployment start the
+    difference at once beside every old pod, so the plan's own count may not fit where a smaller one
+    does: without this, a shape grown to within a pod or two of the pool's edge could never be left.
+    The count stays at least `floor`, so the old pods the demand needs still serve. The largest that
+    fits; None when none does."""
+    for count in range(proposed.replicas - 1, floor - 1, -1):
+        rollout = _fitted(running, replace(proposed, replicas=count), pool_gpus, load_seconds, proposed)
+        if rollout is not None and rollout.waves > 0:
+            return replace(rollout, waves=rollout.waves + 1, duration_s=rollout.duration_s + load_seconds,
+                           held_gpus=(*rollout.held_gpus, max(proposed.gpus, rollout.target.gpus)))
+    return None
 
 
 def _fitted(running: Layout, target: Layout, pool_gpus: int | None, load_seconds: float,
