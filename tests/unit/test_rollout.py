@@ -24,7 +24,6 @@ from infertune.planner import (
 from infertune.planner.rollout import giving_way, peak_gpus, plan_rollout, reachable
 
 RAILS = Guardrails(model_load_seconds=600, relayout_cooldown_s=1800)
-TWO_HOURS = replace(RAILS, relayout_horizon_s=7200)  # for re-layouts that repay their rollout in two
 NOW = 50_000.0
 
 
@@ -79,19 +78,16 @@ def test_an_unreachable_cheaper_layout_holds_and_the_running_shape_follows_deman
     assert d.action is not Action.RELAYOUT
     assert "RelayoutWouldDropCapacity" in d.reason + d.message
     # In a roomy pool, once a whole stabilisation window has seen the demand want 8 of the 12 TP4 pods,
-    # the same re-layout goes ahead: at 8 TP8 pods, all 8 started at once, until the roll is over. (Its
-    # saving, 8 GPUs, repays the load's 96 GPUs in about 80 minutes, so over a two-hour horizon.)
+    # the same re-layout goes ahead: at 8 TP8 pods, all 8 started at once, until the roll is over.
     roomy = replace(wants_tp8, sizing=replace(wants_tp8.sizing, pool_gpus=256))
     seen = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 8),))
     d = decide(roomy, seen, fresh(2.0), RAILS, NOW)
-    assert d.action is not Action.RELAYOUT and "RelayoutNotWorthIt" in d.message
-    d = decide(roomy, seen, fresh(2.0), TWO_HOURS, NOW)
     assert d.action is Action.RELAYOUT and d.target == Layout(8, 21, 8) and d.recommended == tp8
     assert d.rollout is not None and d.rollout.max_surge == 8 and d.rollout.waves == 1
     assert "the old pods the demand needs serve until new ones are ready" in d.message
     # With no such history (a first visit) every running pod is kept, so the rollout would hold 144
-    # GPUs for a load: more than the two hours' saving. It waits.
-    d = decide(roomy, PlannerState(applied=running), fresh(2.0), TWO_HOURS, NOW)
+    # GPUs for a load and 12 TP8 pods after it: more than an hour of the saving. It waits.
+    d = decide(roomy, PlannerState(applied=running), fresh(2.0), RAILS, NOW)
     assert d.action is not Action.RELAYOUT and d.reason == "RelayoutNotWorthIt"
 
 
@@ -337,15 +333,12 @@ def test_a_shape_that_fills_the_pool_can_still_be_left():
     needed_now = p.sized(running, over_line=True, demand_rps=fresh(2.0).demand_rate)
     assert needed_now is not None and needed_now.replicas < 16
     remembered = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
-    # Two waves of a full pool for 8 GPUs saved: it repays them over two hours, not one.
     d = decide(p, remembered, fresh(2.0), RAILS, NOW)
-    assert d.action is not Action.RELAYOUT and d.reason == "RelayoutNotWorthIt"
-    d = decide(p, remembered, fresh(2.0), TWO_HOURS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None
     assert d.rollout.peak_gpus <= 64 and d.rollout.kept >= needed_now.replicas
     # With room for one more pod of what runs, nothing is shed: every remembered pod is kept.
     roomy = replace(p, sizing=replace(p.sizing, pool_gpus=68))
-    d = decide(roomy, remembered, fresh(2.0), TWO_HOURS, NOW)
+    d = decide(roomy, remembered, fresh(2.0), RAILS, NOW)
     assert d.action is not Action.RELAYOUT or (d.rollout is not None and d.rollout.kept == 16)
 
 
@@ -371,7 +364,7 @@ def test_the_shape_rolled_from_survives_a_restart():
     state = PlannerState(applied=Layout(4, 6, 7), last_relayout_at=NOW, rolled_from=Layout(8, 6, 7))
     assert state_from_status({"guardrails": state_to_status(state)}).rolled_from == Layout(8, 6, 7)
     d = decide(plan(request(2.0), fresh(2.0), NOW), PlannerState(applied=Layout(4, 5, 16),
-               recent_recommendations=((NOW - 100, 16),)), fresh(2.0), TWO_HOURS, NOW)
+               recent_recommendations=((NOW - 100, 16),)), fresh(2.0), RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None
     after = next_state(PlannerState(applied=Layout(4, 5, 16)), d, RAILS)
     assert after.rolled_from == Layout(4, 5, d.rollout.kept)
@@ -390,21 +383,6 @@ def test_only_the_plans_own_choice_sheds_pods():
     assert reachable(mine, running, keep=16, keep_at_least=9) is not None
 
 
-def test_a_rollout_saves_nothing_until_it_is_over():
-    # 16 TP4 pods fill 64 GPUs; the demand needs 15 of them, and TP4 c=16 would carry it on 11. Keeping
-    # the 15 beside one surge pod rolls one pod per 900 s load: 15 loads, 3.75 hours at a full pool.
-    rollout = plan_rollout(Layout(4, 6, 16), Layout(4, 16, 11), keep=15, pool_gpus=64, load_seconds=900.0)
-    assert rollout is not None and rollout.waves == 15 and rollout.peak_gpus == 64
-    # Over an hour it holds the whole pool: more than the 15 pods staying would (the 20 GPUs it saves
-    # come after the horizon). Over a day the saving is real.
-    assert rollout.gpu_seconds_over(3600.0) == 64 * 3600.0 > 60 * 3600.0
-    assert rollout.gpu_seconds_over(86_400.0) < 60 * 86_400.0
-    # One wave: the saving starts after one load.
-    quick = plan_rollout(Layout(4, 6, 8), Layout(4, 16, 5), keep=8, pool_gpus=64, load_seconds=900.0)
-    assert quick is not None and quick.waves == 1
-    assert quick.gpu_seconds_over(3600.0) == quick.held_gpus[0] * 900.0 + 20 * 2700.0
-
-
 def test_near_a_full_pool_fewer_new_pods_roll_in_first():
     # TP4 c=10 x6 holds 24 of 32 GPUs; the plan wants TP4 c=6 x8. At 8 the Deployment starts two new
     # pods at once beside the six old ones, plus the surge pod: 36 GPUs, so that rollout stalls. At 7
@@ -414,7 +392,7 @@ def test_near_a_full_pool_fewer_new_pods_roll_in_first():
     rollout = plan_rollout(running, wanted, keep=6, pool_gpus=32, load_seconds=900.0)
     assert rollout is not None and rollout.planned == wanted and rollout.target == Layout(4, 6, 7)
     assert rollout.peak_gpus <= 32 and rollout.kept == 6
-    assert rollout.waves == len(rollout.held_gpus) and rollout.duration_s == 900.0 * rollout.waves
+    assert rollout.duration_s == 900.0 * rollout.waves  # the scale-up after it is one load more
     # Never fewer new pods than the old ones the demand needs: that would drop them at once.
     assert plan_rollout(Layout(4, 10, 8), wanted, keep=8, pool_gpus=32, load_seconds=900.0) is None
     p = plan(request(2.0, pool=32), fresh(2.0), NOW)

@@ -206,17 +206,14 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
         return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
                      f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} needs "
                      f"{ctx.proposed.gpus} GPUs against {baseline.gpus}: less than {ctx.rails.hysteresis:.0%} saved")
-    # Over the horizon, both from now: the running shape as the demand sizes it, against the rollout's
-    # waves (old and new pods both paid) and then the new shape. The saving starts when the rollout ends.
-    horizon = ctx.rails.relayout_horizon_s
-    staying = baseline.gpus * horizon * price_per_gpu_second
-    moving = ctx.rollout.gpu_seconds_over(horizon) * price_per_gpu_second
-    if moving >= staying:
+    saving = (baseline.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
+    restart = ctx.rollout.extra_gpu_seconds * price_per_gpu_second
+    if saving <= restart:
         return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
-                     f"costs ${moving:.2f} over {horizon:.0f} s against ${staying:.2f} for staying "
-                     f"({ctx.rollout.describe()})")
+                     f"saves ${saving:.2f} over {ctx.rails.relayout_horizon_s:.0f} s; the rollout costs "
+                     f"${restart:.2f} ({ctx.rollout.describe()})")
     return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
-               f"saves ${staying - moving:.2f} over {horizon:.0f} s, the rollout included")
+               f"saves ${saving:.2f}, the rollout costs ${restart:.2f}")
 
 
 def check_hysteresis(ctx: _Context) -> Check:

@@ -54,19 +54,6 @@ class Rollout:
     # The least share of the demand measured now that the serving pods carry during the rollout; only a
     # rollout that gives way computes it (the others keep every old pod the demand needs).
     serving_share: float = 1.0
-    held_gpus: tuple[int, ...] = ()  # GPUs old and new pods hold during each wave
-
-    def gpu_seconds_over(self, horizon_s: float) -> float:
-        """GPU-time the re-layout holds over the horizon from its start: each wave's pods for a model
-        load, then the planned shape's own. What a re-layout saves comes only once it is over: a
-        rollout that outlasts the horizon saves nothing within it."""
-        load = self.duration_s / self.waves if self.waves else 0.0
-        held, elapsed = 0.0, 0.0
-        for gpus in self.held_gpus:
-            held += gpus * min(load, max(horizon_s - elapsed, 0.0))
-            elapsed += load
-        return held + self.planned.gpus * max(horizon_s - elapsed, 0.0)
-
     def describe(self) -> str:
         given_up = ("" if self.max_unavailable == 0 else
                     f", giving up to {self.max_unavailable} old pod(s) before their replacements serve (at least "
@@ -150,8 +137,7 @@ def _fewer_first(running: Layout, proposed: Layout, floor: int, pool_gpus: int |
     for count in range(proposed.replicas - 1, floor - 1, -1):
         rollout = _fitted(running, replace(proposed, replicas=count), pool_gpus, load_seconds, proposed)
         if rollout is not None and rollout.waves > 0:
-            return replace(rollout, waves=rollout.waves + 1, duration_s=rollout.duration_s + load_seconds,
-                           held_gpus=(*rollout.held_gpus, max(proposed.gpus, rollout.target.gpus)))
+            return replace(rollout, waves=rollout.waves + 1, duration_s=rollout.duration_s + load_seconds)
     return None
 
 
@@ -174,8 +160,7 @@ def _rollout(running: Layout, proposed: Layout, target: Layout, surge: int, load
     held = [_held(running, target, wave) for wave in steps]
     duration = len(steps) * load_seconds
     extra = max(sum(held) * load_seconds - target.gpus * duration, 0.0)
-    return Rollout(proposed, target, steps[0][0], surge, len(steps), duration, max(held), extra, unavailable,
-                   held_gpus=tuple(held))
+    return Rollout(proposed, target, steps[0][0], surge, len(steps), duration, max(held), extra, unavailable)
 
 
 def _pod_counts(most: int) -> list[int]:
