@@ -54,6 +54,7 @@ class Rollout:
     # The least share of the demand measured now that the serving pods carry during the rollout; only a
     # rollout that gives way computes it (the others keep every old pod the demand needs).
     serving_share: float = 1.0
+
     def describe(self) -> str:
         given_up = ("" if self.max_unavailable == 0 else
                     f", giving up to {self.max_unavailable} old pod(s) before their replacements serve (at least "
@@ -117,28 +118,9 @@ def plan_rollout(running: Layout, proposed: Layout, keep: int | None = None, poo
     # rollout of one pod at a time across a full pool takes a model load per pod.
     fitting = [r for r in (_fitted(running, replace(proposed, replicas=c), pool_gpus, load_seconds, proposed)
                            for c in range(top, max(proposed.replicas, floor) - 1, -1)) if r is not None]
-    if not fitting:
-        # With no old pod to keep (a shape past the cliff that leaves anyway), fewer new pods would only
-        # drop old ones at once: giving way weighs such dips.
-        return None if floor < 1 else _fewer_first(running, proposed, floor, pool_gpus, load_seconds)
-    if fitting[0].target.replicas == top:
-        return fitting[0]
+    if not fitting or fitting[0].target.replicas == top:
+        return fitting[0] if fitting else None
     return min(fitting, key=lambda r: (r.waves, -r.kept))
-
-
-def _fewer_first(running: Layout, proposed: Layout, floor: int, pool_gpus: int | None,
-                 load_seconds: float) -> Rollout | None:
-    """A rollout to fewer new pods than `proposed` wants, the rest by an ordinary scale-up once it is
-    over (one load more). Near a full pool, a count above the old one makes the Deployment start the
-    difference at once beside every old pod, so the plan's own count may not fit where a smaller one
-    does: without this, a shape grown to within a pod or two of the pool's edge could never be left.
-    The count stays at least `floor`, so the old pods the demand needs still serve. The largest that
-    fits; None when none does."""
-    for count in range(proposed.replicas - 1, floor - 1, -1):
-        rollout = _fitted(running, replace(proposed, replicas=count), pool_gpus, load_seconds, proposed)
-        if rollout is not None and rollout.waves > 0:
-            return replace(rollout, waves=rollout.waves + 1, duration_s=rollout.duration_s + load_seconds)
-    return None
 
 
 def _fitted(running: Layout, target: Layout, pool_gpus: int | None, load_seconds: float,
@@ -175,21 +157,24 @@ def _pod_counts(most: int) -> list[int]:
 
 
 def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: float, running_rps: float,
-               proposed_rps: float, demand_rps: float, staying_unserved_s: float,
+               proposed_rps: float, demand_rps: float, staying_unserved_share: float,
                horizon_s: float) -> Rollout | None:
     """The rollout to `proposed` that gives old pods up before their replacements serve (maxUnavailable
     > 0), for a running shape the full pool can leave no other way. Of the counts, maxUnavailable and
     maxSurge whose rollout the pool holds without a Pending pod, and that never leaves no pod serving:
-    the one that leaves the least of `demand_rps` unserved over the rollout (each replica serving
-    `running_rps` or `proposed_rps`; a count below the proposed one adds the load of the scale-up after
-    it), then the fewest loads, then the least GPU-time. None when the pool holds none, when no demand
-    figure says what the pods must carry, or when staying leaves less unserved than the rollout does
-    while it runs (`staying_unserved_s`: seconds of the whole demand, over the caller's horizon): the
-    queue a dip builds is demand served late, as is what an outgrown shape leaves, and a long model load
-    makes the dip the dearer of the two."""
+    the one that leaves the least of `demand_rps` unserved beyond what staying leaves (each replica
+    serving `running_rps` or `proposed_rps`; a count below the proposed one adds the load of the
+    scale-up after it), then the fewest loads, then the least GPU-time. None when the pool holds none,
+    when no demand figure says what the pods must carry, or when staying leaves less unserved
+    (`staying_unserved_share` of the demand, for good): the queue a dip builds is demand served late,
+    as is what an outgrown shape leaves, and a long model load makes the dip the dearer of the two.
+
+    Each rollout is weighed against staying over the same span: the horizon, or the rollout itself
+    when it lasts longer, then the finished shape's own shortfall to the end. A rollout judged over its
+    own waves only would be let off the finished shape's shortfall (favouring the deepest one-wave
+    dips), and one cut at the horizon would be let off its later waves (favouring the slowest)."""
     if demand_rps <= 0 or min(running_rps, proposed_rps) <= 0:
         return None
-    # What the finished shape leaves unserved for the rest of the horizon, as staying is charged for it.
     finished = min(1.0, proposed.replicas * proposed_rps / demand_rps)
     best: tuple[tuple[float, int, float], Rollout] | None = None
     for count in range(1, max(proposed.replicas, running.replicas) + 1):
@@ -209,26 +194,15 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
                 if min(shares) <= 0:
                     continue  # nothing serving for a whole model load: an outage, never a rollout
                 rollout = replace(rollout, serving_share=min(shares))
-                rank = (_unserved_over(shares, load_seconds, finished, horizon_s), rollout.waves,
-                        rollout.extra_gpu_seconds)
+                span = max(horizon_s, len(shares) * load_seconds)
+                unserved = sum(1.0 - share for share in shares) * load_seconds
+                unserved += (1.0 - finished) * (span - len(shares) * load_seconds)
+                rank = (unserved - staying_unserved_share * span, rollout.waves, rollout.extra_gpu_seconds)
                 if best is None or rank < best[0]:
                     best = rank, rollout
     if best is None:
         return None
-    return best[1] if best[0][0] < staying_unserved_s else None
-
-
-def _unserved_over(shares: list[float], load_seconds: float, finished: float, horizon_s: float) -> float:
-    """Seconds of the whole demand left unserved over the horizon: each wave's shortfall for a model
-    load, then the finished shape's until the horizon ends. A common horizon for every rollout and for
-    staying: summed over its own waves only, a rollout that ends sooner would be let off the finished
-    shape's shortfall, which favours the deepest dips (most pods given up at once, fewest waves)."""
-    unserved, elapsed = 0.0, 0.0
-    for share in shares:
-        spell = min(load_seconds, max(horizon_s - elapsed, 0.0))
-        unserved += (1.0 - share) * spell
-        elapsed += load_seconds
-    return unserved + (1.0 - finished) * max(horizon_s - elapsed, 0.0)
+    return best[1] if best[0][0] < 0 else None
 
 
 def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,
