@@ -118,8 +118,7 @@ def test_a_rollout_that_gives_way_completes_within_a_full_pool() -> None:
     from infertune.planner.rollout import giving_way
 
     running, proposed = Layout(4, 8, 8), Layout(8, 8, 4)
-    rollout = giving_way(running, proposed, 32, LOAD, 1.0, 2.5, 6.0, staying_unserved_share=1.0,
-                         horizon_s=3600.0)
+    rollout = giving_way(running, proposed, 32, LOAD, 1.0, 2.5, 6.0, staying_unserved_s=3600.0)
     assert rollout is not None and rollout.max_unavailable >= 1
     act = actuator(pool=32)
     act.start(running)

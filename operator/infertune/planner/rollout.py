@@ -157,25 +157,19 @@ def _pod_counts(most: int) -> list[int]:
 
 
 def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: float, running_rps: float,
-               proposed_rps: float, demand_rps: float, staying_unserved_share: float,
-               horizon_s: float) -> Rollout | None:
+               proposed_rps: float, demand_rps: float, staying_unserved_s: float) -> Rollout | None:
     """The rollout to `proposed` that gives old pods up before their replacements serve (maxUnavailable
     > 0), for a running shape the full pool can leave no other way. Of the counts, maxUnavailable and
     maxSurge whose rollout the pool holds without a Pending pod, and that never leaves no pod serving:
-    the one that leaves the least of `demand_rps` unserved beyond what staying leaves (each replica
-    serving `running_rps` or `proposed_rps`; a count below the proposed one adds the load of the
-    scale-up after it), then the fewest loads, then the least GPU-time. None when the pool holds none,
-    when no demand figure says what the pods must carry, or when staying leaves less unserved
-    (`staying_unserved_share` of the demand, for good): the queue a dip builds is demand served late,
-    as is what an outgrown shape leaves, and a long model load makes the dip the dearer of the two.
-
-    Each rollout is weighed against staying over the same span: the horizon, or the rollout itself
-    when it lasts longer, then the finished shape's own shortfall to the end. A rollout judged over its
-    own waves only would be let off the finished shape's shortfall (favouring the deepest one-wave
-    dips), and one cut at the horizon would be let off its later waves (favouring the slowest)."""
+    the one that leaves the least of `demand_rps` unserved over the rollout (each replica serving
+    `running_rps` or `proposed_rps`; a count below the proposed one adds the load of the scale-up after
+    it), then the fewest loads, then the least GPU-time. None when the pool holds none, when no demand
+    figure says what the pods must carry, or when staying leaves less unserved than the rollout does
+    while it runs (`staying_unserved_s`: seconds of the whole demand, over the caller's horizon): the
+    queue a dip builds is demand served late, as is what an outgrown shape leaves, and a long model load
+    makes the dip the dearer of the two."""
     if demand_rps <= 0 or min(running_rps, proposed_rps) <= 0:
         return None
-    finished = min(1.0, proposed.replicas * proposed_rps / demand_rps)
     best: tuple[tuple[float, int, float], Rollout] | None = None
     for count in range(1, max(proposed.replicas, running.replicas) + 1):
         target = replace(proposed, replicas=count)
@@ -194,15 +188,12 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
                 if min(shares) <= 0:
                     continue  # nothing serving for a whole model load: an outage, never a rollout
                 rollout = replace(rollout, serving_share=min(shares))
-                span = max(horizon_s, len(shares) * load_seconds)
-                unserved = sum(1.0 - share for share in shares) * load_seconds
-                unserved += (1.0 - finished) * (span - len(shares) * load_seconds)
-                rank = (unserved - staying_unserved_share * span, rollout.waves, rollout.extra_gpu_seconds)
+                rank = (sum(1.0 - share for share in shares), rollout.waves, rollout.extra_gpu_seconds)
                 if best is None or rank < best[0]:
                     best = rank, rollout
     if best is None:
         return None
-    return best[1] if best[0][0] < 0 else None
+    return best[1] if best[0][0] * load_seconds < staying_unserved_s else None
 
 
 def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,
