@@ -132,8 +132,6 @@ class GuardrailMemory(ApiModel):
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
     last_relayout_at: float | None = None
-    # Since when the SLO has been missed without a break: only a lasting miss makes a full pool give way.
-    slo_missed_since: float | None = None
     recent_recommendations: list[list[float]] = Field(default_factory=list)
     # The shape the last re-layout rolled from, at the old pods it kept: room a scale-up mid-rollout leaves.
     rolled_from: RolledFrom | None = None

@@ -256,7 +256,6 @@ def state_from_status(status: Mapping[str, Any]) -> PlannerState:
         applied=layout_of(status.get("applied")), last_scale_up_at=memory.get("lastScaleUpAt"),
         last_scale_down_at=memory.get("lastScaleDownAt"), last_relayout_at=memory.get("lastRelayoutAt"),
         recent_recommendations=recent, rolled_from=layout_of(memory.get("rolledFrom")),
-        slo_missed_since=memory.get("sloMissedSince"),
     )
 
 
@@ -267,7 +266,7 @@ def state_to_status(state: PlannerState) -> dict[str, Any]:
         out["rolledFrom"] = {"tensorParallelSize": old.tensor_parallel_size, "maxNumSeqs": old.max_num_seqs,
                              "replicas": old.replicas}
     for key, value in (("lastScaleUpAt", state.last_scale_up_at), ("lastScaleDownAt", state.last_scale_down_at),
-                       ("lastRelayoutAt", state.last_relayout_at), ("sloMissedSince", state.slo_missed_since)):
+                       ("lastRelayoutAt", state.last_relayout_at)):
         if value is not None:
             out[key] = round(value, 1)
     return out

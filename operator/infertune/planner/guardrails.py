@@ -44,8 +44,6 @@ class Decision:
     # What the demand wants of the running shape (with its burst headroom): what the scale-down
     # stabilisation window remembers. None when the model no longer sizes that shape.
     running_wanted: int | None = None
-    # The engine's figures miss the SLO now (what `PlannerState.slo_missed_since` follows).
-    slo_missed: bool = False
 
 
 @dataclass(frozen=True)
@@ -423,14 +421,6 @@ _RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_
 
 def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
            now: float) -> Decision:
-    decision = _decide(plan, state, observation, guardrails, now)
-    # Only figures the metrics check trusted say the SLO is missed (stale ones say nothing).
-    trusted = any(check.name == "metrics" and check.passed for check in decision.checks)
-    return replace(decision, slo_missed=trusted and _slo_missed(plan, observation))
-
-
-def _decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
-            now: float) -> Decision:
     applied = state.applied
     current = None if applied is None else plan.sized(applied)
     unsafe = _applied_unsafe(plan, applied, current, observation)
@@ -445,7 +435,7 @@ def _decide(plan: Plan, state: PlannerState, observation: Observation | None, gu
             # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good).
             rollout = reachable(plan, applied, running_safe=False, keep=0, load_seconds=guardrails.model_load_seconds)
         if rollout is None:
-            rollout = _giving_way(plan, state, observation, guardrails, now)
+            rollout = _giving_way(plan, applied, observation, guardrails)
         if rollout is not None:
             proposed = rollout.planned
         elif unsafe:
@@ -480,18 +470,13 @@ def _fills_pool(plan: Plan, applied: Layout) -> bool:
     return pool is not None and applied.gpus + applied.tensor_parallel_size > pool
 
 
-def _giving_way(plan: Plan, state: PlannerState, observation: Observation | None, rails: Guardrails,
-                now: float) -> Rollout | None:
+def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, rails: Guardrails) -> Rollout | None:
     """The plan's own shape by a rollout that gives old pods up before their replacements serve, for a
     running shape that fills the pool and cannot stay: the engine reports it past the cliff, or it
     misses the SLO while the demand measured now is more than all its pods carry (more replicas would
     fix a miss, and the pool has none), by more over the re-layout horizon than the rollout's dip
-    leaves unserved. The model's word alone never costs serving pods, nor does a miss that has not
-    lasted a model load: a burst, or the cold caches of a start or a re-layout, pass within one, and
-    the dip would outlast them. None without a demand figure, or when the shape can stay."""
-    applied = state.applied
-    if applied is None:
-        return None
+    leaves unserved. The model's word alone never costs serving pods. None without a demand figure,
+    or when the shape can stay."""
     measured = None if observation is None or not observation.available else observation.demand_rate
     chosen, pool = plan.layout, plan.sizing.pool_gpus
     if chosen is None or pool is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
@@ -503,17 +488,12 @@ def _giving_way(plan: Plan, state: PlannerState, observation: Observation | None
     # trust (its throughput collapses); an outgrown shape, the demand beyond what all its pods carry.
     if _past_cliff(observation):
         unserved = 1.0
-    elif _slo_missed(plan, observation) and _missed_for(state, now) > rails.model_load_seconds:
+    elif _slo_missed(plan, observation):
         unserved = max(0.0, 1.0 - applied.replicas * running_rps / measured)
     else:
         return None
     return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, measured,
                       unserved * rails.relayout_horizon_s)
-
-
-def _missed_for(state: PlannerState, now: float) -> float:
-    """How long every decision has seen the SLO missed, up to this one (0 when the last one did not)."""
-    return 0.0 if state.slo_missed_since is None else now - state.slo_missed_since
 
 
 def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None) -> int | None:
@@ -553,10 +533,7 @@ def next_state(state: PlannerState, decision: Decision, rails: Guardrails, appli
         recent += ((now, state.applied.replicas),)  # the HPA's seed: what runs counts as recommended
     if decision.running_wanted is not None:
         recent += ((now, decision.running_wanted),)
-    missed_since = None
-    if decision.slo_missed:
-        missed_since = now if state.slo_missed_since is None else state.slo_missed_since
-    new = replace(state, recent_recommendations=recent, slo_missed_since=missed_since)
+    new = replace(state, recent_recommendations=recent)
     if not applied or decision.target is None:
         return new
     if decision.action is Action.RELAYOUT:

@@ -128,9 +128,6 @@ class PlannerState:
     last_relayout_at: float | None = None
     # (time, replicas) of recent recommendations, for scale-down stabilisation.
     recent_recommendations: tuple[tuple[float, int], ...] = ()
-    # Since when every decision has seen the SLO missed (None while it is met): a full pool gives serving
-    # pods up only for a miss that lasts (persisted in status).
-    slo_missed_since: float | None = None
     # Old pods still serve beside the applied shape's: read from the workload every cycle, not persisted.
     rolling_out: bool = False
     # The maxSurge the workload rolls with: how many pods over its count a rollout holds at once.
