@@ -8,9 +8,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infertune.api.observation import Observation
 from infertune.model import LinearFit, load_gpu, load_model, workload_preset
-from infertune.model.forecast import DemandOutlook
 from infertune.model.perf import PerformanceModel
 from infertune.planner import Layout, PlanRequest, SloTarget, Verdict, plan
 
@@ -103,28 +101,6 @@ def test_replicas_cover_demand_with_headroom_and_report_a_short_pool():
     short = plan(seed_request(demand_rps=50.0, pool_gpus=16), None, now=0.0)
     assert short.layout is not None and short.layout.gpus <= 16
     assert short.capacity_shortfall_gpus > 0 and "short" in short.reason
-
-
-def test_the_burst_headroom_stands_above_the_level_and_is_not_stacked_on_the_bursts():
-    """burstHeadroomPercent keeps spare capacity above the demand's level; where recent bursts already
-    took more than that, they set the size, and the headroom is not added a second time on top."""
-    now = 1_767_225_600.0
-    seen = Observation("ns", "d", now, True, arrival_rate=2.0)
-    request = seed_request()
-
-    def capacity(look: DemandOutlook) -> float:
-        result = plan(request, seen, now, look)
-        assert result.layout is not None and result.choice is not None
-        return result.layout.replicas * result.choice.sustainable_rate
-
-    calm = DemandOutlook(current=2.0, burst=2.1)  # bursts within the headroom: the headroom sizes
-    assert capacity(calm) >= 2.0 * 1.15
-    stormy = DemandOutlook(current=2.0, burst=4.0)  # bursts twice the level: sized for them, once
-    rate = plan(request, seen, now, stormy).choice.sustainable_rate
-    assert 4.0 <= capacity(stormy) < 4.0 + rate
-    assert plan(request, seen, now, stormy).headroom_gpus == 0
-    rising = DemandOutlook(current=2.0, burst=2.1, trend=3.0)  # a forecast level gets the headroom too
-    assert capacity(rising) >= 3.0 * 1.15
 
 
 requests = st.builds(

@@ -130,18 +130,6 @@ def observed_demand(request: PlanRequest, observation: Observation | None,
     return max(current, outlook.sized) if outlook is not None else current
 
 
-def wanted_demand(request: PlanRequest, demand: float | None, outlook: DemandOutlook | None = None) -> float | None:
-    """What replicas are sized for: the level one model load ahead (the rate now, the trend, the
-    season) with the burst headroom spare above it, or the recent bursts where they ask for more. The
-    burst figure is itself the capacity recent bursts took, so the headroom is not stacked on it."""
-    if demand is None or demand <= 0:
-        return None
-    if outlook is None or outlook.burst is None:
-        return demand * (1.0 + request.demand_headroom)
-    level = max(v for v in (outlook.current, outlook.trend, outlook.seasonal) if v is not None)
-    return max(level * (1.0 + request.demand_headroom), outlook.burst, demand)
-
-
 def _replica_bounds(request: PlanRequest, tp: np.ndarray) -> np.ndarray:
     upper = np.full(tp.shape, request.replicas_max, dtype=np.int64)
     if request.pool_gpus is not None:
@@ -161,14 +149,13 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     demand = observed_demand(request, observation, outlook)
     feasible = np.flatnonzero(table.verdict == Verdict.FEASIBLE)
     if feasible.size == 0:
-        return _infeasible(request, table, workload, demand, now, wanted_demand(request, demand, outlook))
+        return _infeasible(request, table, workload, demand, now)
 
     tp = table.tp[feasible]
     rate = _rates(table, feasible)
     upper = _replica_bounds(request, tp)
-    wanted = wanted_demand(request, demand, outlook)
-    if demand is not None and wanted is not None:
-        needed = np.ceil(wanted / rate).astype(np.int64)
+    if demand is not None and demand > 0:
+        needed = np.ceil(demand * (1.0 + request.demand_headroom) / rate).astype(np.int64)
         bare = np.maximum(np.ceil(demand / rate).astype(np.int64), request.replicas_min)
     else:
         needed = np.zeros(tp.shape, dtype=np.int64)
@@ -196,12 +183,13 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
-        closest=None, decided_at=now, sizing=_sizing(request, wanted), ranked=ranked,
+        closest=None, decided_at=now, sizing=_sizing(request, demand), ranked=ranked,
         headroom_gpus=headroom_gpus,
     )
 
 
-def _sizing(request: PlanRequest, wanted: float | None) -> Sizing:
+def _sizing(request: PlanRequest, demand: float | None) -> Sizing:
+    wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
     return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus)
 
 
@@ -228,7 +216,7 @@ def _why(choice: Candidate, replicas: int, demand: float | None, shortfall: int,
 
 
 def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload, demand: float | None,
-                now: float, wanted: float | None) -> Plan:
+                now: float) -> Plan:
     closest = None
     if len(table):
         i = int(np.lexsort((table.tp, table.shortfall))[0])
@@ -242,5 +230,5 @@ def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload,
     return Plan(
         feasible=False, reason=reason, choice=None, layout=None, table=table, workload=workload,
         demand_rps=demand, needed_replicas=None, capacity_shortfall_gpus=0, closest=closest, decided_at=now,
-        sizing=_sizing(request, wanted),
+        sizing=_sizing(request, demand),
     )
