@@ -31,21 +31,6 @@ def test_bursty_traffic_keeps_the_capacity_its_bursts_took_and_smooth_traffic_do
     assert stormy.burst is not None and stormy.burst > 15 and stormy.driver == "burst"
 
 
-def test_a_falling_level_releases_the_capacity_it_held_but_keeps_its_bursts():
-    rng = random.Random(3)
-    # The evening: the demand falls from 4 to 2 req/s over the last 40 minutes.
-    falling = [4.0 - 2.0 * i / 39 + rng.gauss(0, 0.1) for i in range(40)]
-    evening = outlook(falling[-1], minutes(falling), None, NOW, LOAD)
-    # Sized for the level now and the noise around it, not for the level of half an hour ago.
-    assert evening.burst is not None and evening.burst < 2.6 and evening.trend is None
-    # The same fall with a burst of +3 req/s every ten minutes: the bursts stay covered at today's level.
-    bursty = [r + (3.0 if i % 10 == 3 else 0.0) for i, r in enumerate(falling)]
-    stormy = outlook(bursty[-1], minutes(bursty), None, NOW, LOAD)
-    assert stormy.burst is not None and stormy.burst > 2.0 + 3.0 * 0.8
-    # Never above the highest demand the window saw.
-    assert stormy.burst <= max(bursty[-30:])
-
-
 def test_a_ramp_is_met_one_load_ahead_and_noise_is_not_a_ramp():
     rng = random.Random(2)
     ramp = [2.0 + 0.1 * i + rng.gauss(0, 0.05) for i in range(20)]  # +0.1 req/s a minute

@@ -6,11 +6,8 @@ never met at all. Four figures are read from the resource's recent demand, and t
 the largest:
 
 - **current**: the rate now (served requests plus the waiting queue drained over a minute);
-- **burst**: the level now plus a high quantile of how far the binned demand rose above its own
-  least-squares line over the recent past (at least two model loads), never above the plain quantile
-  of the bins: traffic that bursts keeps the capacity its bursts took, smooth traffic gets little more
-  than its mean, and a level that falls releases what it held (the plain quantile of a falling window
-  is the level of half an hour ago);
+- **burst**: a high quantile of the binned demand over the recent past (at least two model loads):
+  traffic that bursts keeps the capacity its bursts took, smooth traffic gets little more than its mean;
 - **trend**: the bins' least-squares line carried one model load ahead, when the slope is significant
   (a ramp is met when it arrives, not a load later);
 - **seasonal**: the level now times the ratio of the learnt daily and weekly profile at now + load to
@@ -159,8 +156,10 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
     width = bin_seconds(horizon_s)
     bins = [b for b in binned(points, width)
             if now - b.time <= max(BURST_WINDOW_BINS * width, 2.0 * horizon_s)]
+    burst = None
+    if len(bins) >= MIN_BURST_BINS:
+        burst = float(np.quantile([b.rate for b in bins], BURST_QUANTILE))
     level = _level(bins, current)
-    burst = _burst(bins, now, level) if len(bins) >= MIN_BURST_BINS else None
     trend = _trend(bins, now, horizon_s, level, width)
     seasonal = None
     if profile is not None and not profile.empty:
@@ -168,22 +167,6 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
         if here is not None and there is not None and here > 0 and there > here:
             seasonal = level * min(there / here, MAX_GROWTH)
     return DemandOutlook(current, burst, trend, seasonal, horizon_s)
-
-
-def _burst(bins: Sequence[DemandPoint], now: float, level: float) -> float:
-    """The level now (the line's end, or the last bins when they sit higher) plus the BURST_QUANTILE of
-    the bins' rise above their least-squares line, capped at that quantile of the bins themselves: a
-    burst is a departure from the level of its time, so a level that moved in the window is not
-    counted as one."""
-    y = np.array([b.rate for b in bins])
-    plain = float(np.quantile(y, BURST_QUANTILE))
-    t = np.array([b.time for b in bins]) - now
-    if float(np.ptp(t)) <= 0:
-        return plain
-    slope, intercept = np.polyfit(t, y, 1)
-    line = intercept + slope * t
-    above = float(np.quantile(y - line, BURST_QUANTILE))
-    return min(plain, max(float(line[-1]), level) + max(above, 0.0))
 
 
 def rising(points: Sequence[DemandPoint], now: float, horizon_s: float) -> float | None:
