@@ -87,6 +87,14 @@ def test_infertune_uses_fewer_gpu_hours_than_keda_at_no_worse_attainment(spike: 
     assert ours["sla_attainment_tps"] >= keda["sla_attainment_tps"]
 
 
+def test_at_its_default_infertune_meets_the_sla_on_the_spike(spike: dict[str, Any]) -> None:
+    """The promise at the default setting: >= 99% of requests within both SLAs through a 3x step. Two
+    sizing changes that helped the 4-hour spike put this cut of it at 70% and 82% (docs/bench.md)."""
+    ours = spike["policies"]["infertune"]
+    assert min(ours["sla_attainment_ttft"], ours["sla_attainment_tps"]) >= 0.99
+    assert ours["peak_gpus"] <= POOL
+
+
 @pytest.mark.xfail(strict=True, reason="infertune's frontier has no point as cheap as the baselines' cheapest "
                                        "settings: on this 2 h spike static TP4 c=8 x9 reaches 94.3% on 72 GPU-h, where "
                                        "its cheapest (burst 15%) costs 93.6 GPU-h at 99.2% (docs/bench.md)")
