@@ -118,8 +118,10 @@ def plan_rollout(running: Layout, proposed: Layout, keep: int | None = None, poo
     # rollout of one pod at a time across a full pool takes a model load per pod.
     fitting = [r for r in (_fitted(running, replace(proposed, replicas=c), pool_gpus, load_seconds, proposed)
                            for c in range(top, max(proposed.replicas, floor) - 1, -1)) if r is not None]
-    if not fitting or fitting[0].target.replicas == top:
-        return fitting[0] if fitting else None
+    if not fitting:
+        return None
+    if fitting[0].target.replicas == top:
+        return fitting[0]
     return min(fitting, key=lambda r: (r.waves, -r.kept))
 
 
