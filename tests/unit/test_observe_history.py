@@ -68,9 +68,9 @@ def test_a_growing_context_is_planned_for_one_load_ahead_and_a_steady_one_as_it_
                                        "cold caches read as traffic that stopped reusing its prefixes; remembering "
                                        "the share over twelve loads was tried and left out (docs/bench.md)")
 def test_a_rollouts_cold_caches_are_not_read_as_traffic_that_stopped_reusing_its_prefixes():
-    """Two hours of sessions served 80% from cache, then new pods: twenty minutes at 20%. On the day at
-    3,765 s that read the fresh tokens per request as 28K instead of 12.7K, and the planner chose TP8 at
-    seven replicas for 0.3 req/s. The traffic's share is what the warm caches served."""
+    """Two hours of sessions served 80% from cache, then new pods: twenty minutes at 20%. On a bench
+    day that read the fresh tokens per request as 28K instead of 12.7K, and the planner's choice turned
+    from TP4 to TP8 x8 for 0.8 req/s. The traffic's share is what the warm caches served."""
     def poll(t: float, share: float) -> Observation:
         return Observation(*KEY, sample_time=t, available=True, completion_rate=1.0, mean_prompt_tokens=80_000,
                            mean_generated_tokens=1_000.0, mean_cached_tokens=80_000 * share)
