@@ -82,6 +82,26 @@ def test_a_draining_pod_holds_its_gpus_until_it_is_gone() -> None:
     assert not act.pending and sorted(r.config.tp for r in act.serving()) == [4, 4]
 
 
+def test_a_draining_pod_is_gone_at_the_end_of_its_grace_whatever_it_still_holds() -> None:
+    """A pod with a queue longer than its termination grace period leaves when the kubelet kills
+    it; the pods waiting for its GPUs start then, and its queue is served by them."""
+    rows = [TraceRow(i * 0.01, 1_000, 3_000) for i in range(64)]
+    act = Actuator(Fleet(TraceReplay(rows)), ReplicaConfig(num_gpu_blocks=10_000, max_num_seqs=2), LOAD,
+                   pool_gpus=8, grace_seconds=120.0)
+    act.start(Layout(8, 2, 1))
+    act.fleet.run_until(1.0)
+    act.apply(Layout(8, 2, 0))
+    act.apply(Layout(4, 8, 2))
+    act.fleet.run_until(119.0)
+    act.reconcile()
+    assert len(act.pending) == 2  # still draining: 64 answers of 3,000 tokens through two slots
+    act.fleet.run_until(122.0)
+    act.reconcile()
+    assert not act.pending and act.held_gpus() == 8  # killed at 121 s; the TP4 pods load
+    act.fleet.run_until(5_000.0)
+    assert len(act.fleet.records) == len(rows)  # its queue was sent again, not lost
+
+
 def test_a_policy_that_asks_for_more_than_the_pool_gets_only_the_pool() -> None:
     """Static asks for 20 TP4 replicas (80 GPUs) on a 64-GPU pool: it runs 16, pays for 64 GPUs,
     and its result says so."""
@@ -115,10 +135,10 @@ def test_a_rollout_that_gives_way_completes_within_a_full_pool() -> None:
     """TP4 x8 fills 32 GPUs; TP8 x4 has no maxUnavailable-0 rollout there. With the strategy the
     planner renders for it (planner/rollout.py, giving_way), the bench's Deployment controller rolls
     it without a Pending pod and without ever leaving nothing serving."""
-    from infertune.planner.rollout import giving_way
+    from infertune.planner.rollout import Demand, giving_way
 
     running, proposed = Layout(4, 8, 8), Layout(8, 8, 4)
-    rollout = giving_way(running, proposed, 32, LOAD, 1.0, 2.5, 6.0, staying_unserved_s=3600.0)
+    rollout = giving_way(running, proposed, 32, LOAD, 1.0, 2.5, Demand(6.0), staying_rps=0.0, horizon_s=3600.0)
     assert rollout is not None and rollout.max_unavailable >= 1
     act = actuator(pool=32)
     act.start(running)

@@ -12,8 +12,9 @@ import pytest
 
 from infertune.errors import UserError
 from infertune.model import LinearFit, PerformanceModel, Workload, load_gpu, load_model
-from infertune_lab.sim import Engine, Fleet, OpenSessions, ReplicaConfig, RequestSpec, SessionShape, shape
+from infertune_lab.sim import Engine, Fleet, OpenSessions, ReplicaConfig, RequestSpec, SessionShape, TraceReplay, shape
 from infertune_lab.sim.sweep import SweepRow, sweep
+from infertune_lab.sim.trace import TraceRow
 from infertune_lab.sim.traffic import ClosedLoop, poisson
 
 SEED_FIT = {8: LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)}
@@ -212,3 +213,26 @@ def test_a_stopped_replica_drains_and_an_abrupt_stop_reroutes() -> None:
     c = fleet.add_replica(small)
     fleet.run_until(400.0)
     assert any(r.replica == c for r in fleet.records)
+
+
+def test_a_draining_replica_is_killed_at_the_end_of_its_grace_and_its_requests_go_elsewhere() -> None:
+    """A Terminating pod finishes what it can within its grace period; what it still holds then
+    (a deep queue here) is served by another replica, not held for as long as the queue lasts."""
+    small = ReplicaConfig(model="llama-3.1-8b", gpu="h100", tp=1, workload="chat", max_num_seqs=2)
+    rows = [TraceRow(i * 0.5, 1_000, 2_000) for i in range(40)]
+    fleet = Fleet(TraceReplay(rows), router="round-robin")
+    a, b = fleet.add_replica(small), fleet.add_replica(small)
+    fleet.run_until(20.0)
+    held = [id(s.spec) for s in (*fleet.replicas[a].engine.running, *fleet.replicas[a].engine.waiting)]
+    assert len(held) > 10  # two slots, 2,000-token answers: a queue
+    fleet.remove_replica(a, grace_seconds=30.0)
+    fleet.run_until(49.0)
+    assert fleet.replicas[a].draining
+    fleet.run_until(51.0)
+    assert a not in fleet.replicas  # killed at 50 s with its queue, not drained to the end
+    fleet.run_until(5_000.0)
+    record = {id(r.spec): r for r in fleet.records}
+    assert len(fleet.records) == len(rows)  # none lost
+    on_a = [record[i] for i in held if record[i].replica == a]
+    assert all(r.finish <= 50.0 for r in on_a)  # a finished only what it could within its grace
+    assert sum(record[i].replica == b for i in held) == len(held) - len(on_a) > 10  # b served the rest

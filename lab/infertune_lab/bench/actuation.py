@@ -8,7 +8,9 @@ actuate/workload.py):
 
 - a replica-count change on the same pod template adds pods, routable after the model-load delay,
   or removes them in ReplicaSet's deletion order (Pending pods first, then the not-yet-ready, then
-  the newest); removed pods drain: they finish what they hold, and hold their GPUs until gone;
+  the newest); removed pods drain: they finish what they hold, and hold their GPUs until gone, for
+  at most the pod's termination grace period (the operator renders 120 s), when the kubelet kills
+  them and what they still hold goes back to the gateway, as a retrying client sends it again;
 - a new TP or max-num-seqs is a new pod template, rolled: at most `max_surge` pods above the
   desired count, new pods load while the old ones serve, and an old pod goes only once the ready
   pods without it still reach the desired count less `max_unavailable`.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from infertune.actuate.engine import TERMINATION_GRACE_SECONDS
 from infertune.planner.types import Layout
 from infertune_lab.sim import Fleet, Replica, ReplicaConfig
 
@@ -74,7 +77,8 @@ def shape_of(pod: Pod) -> Shape:
 
 class Actuator:
     def __init__(self, fleet: Fleet, base: ReplicaConfig, load_seconds: float, pool_gpus: int,
-                 max_surge: int | None = 1, origin: float = 0.0) -> None:
+                 max_surge: int | None = 1, origin: float = 0.0,
+                 grace_seconds: float = TERMINATION_GRACE_SECONDS) -> None:
         if pool_gpus < 1:
             raise ValueError(f"the pool needs at least one GPU, got {pool_gpus}")
         self.fleet = fleet
@@ -83,6 +87,7 @@ class Actuator:
         self.load_seconds = load_seconds
         self.pool_gpus = pool_gpus
         self.max_surge = max_surge
+        self.grace_seconds = grace_seconds
         self.max_unavailable = 0
         self.target: Layout | None = None
         self.relayouts = 0
@@ -207,7 +212,7 @@ class Actuator:
             if isinstance(pod, PendingPod):
                 self.pending.remove(pod)
             else:
-                self.fleet.remove_replica(pod.name, drain=True)
+                self.fleet.remove_replica(pod.name, drain=True, grace_seconds=self.grace_seconds)
 
     # --- accounting ---------------------------------------------------------------------------
     def account(self, seconds: float) -> None:

@@ -1,9 +1,11 @@
 """A fleet of simulated replicas behind a router, driven by a traffic source in virtual time.
 
 Replicas become routable after their model-load delay and drain on stop (no new requests; they
-leave once idle). Requests that find no routable replica wait at the gateway. Routers:
-`round-robin`, `least-outstanding` (fewest running + waiting), `session-affinity` (a session's
-turns go where its prefix is cached, falling back to least-outstanding).
+leave once idle, or at the end of their grace period, as the kubelet kills a Terminating pod: what
+they still hold goes back to the gateway, as a retrying client sends it again). Requests that find
+no routable replica wait at the gateway. Routers: `round-robin`, `least-outstanding` (fewest
+running + waiting), `session-affinity` (a session's turns go where its prefix is cached, falling
+back to least-outstanding).
 
 The driver is a conservative discrete-event loop: it always advances the replica whose clock is
 furthest behind, never past the next arrival or past what another replica could still cause
@@ -35,6 +37,7 @@ class Replica:
     engine: Engine
     ready_at: float
     draining: bool = False
+    drain_deadline: float = math.inf  # when a draining replica is killed with whatever it still holds
     token: int = 0  # bumps on every re-queue in the driver's heap; older entries are stale
     # Requests already bound for this replica (session affinity), by arrival time.
     inbox: list[tuple[float, int, RequestSpec]] = field(default_factory=list)
@@ -82,9 +85,10 @@ class Fleet:
         self.replicas[name] = Replica(name, engine, ready)
         return name
 
-    def remove_replica(self, name: str, drain: bool = True) -> None:
-        """Stops a replica. Draining lets it finish what it holds; otherwise its requests go back
-        to the gateway to be routed again (their arrival time, and so their TTFT, unchanged)."""
+    def remove_replica(self, name: str, drain: bool = True, grace_seconds: float = math.inf) -> None:
+        """Stops a replica. Draining lets it finish what it holds, for at most `grace_seconds`;
+        otherwise, and at the end of the grace, its requests go back to the gateway to be routed
+        again (their arrival time, and so their TTFT, unchanged)."""
         replica = self._get(name)
         # Requests bound for it but not yet arrived are placed again when they arrive.
         for item in replica.inbox:
@@ -92,8 +96,12 @@ class Fleet:
         replica.inbox.clear()
         if drain and not replica.engine.idle and replica.ready_at <= self.now:
             replica.draining = True
+            replica.drain_deadline = self.now + grace_seconds
             return
-        del self.replicas[name]
+        self._evict(name)
+
+    def _evict(self, name: str) -> None:
+        replica = self.replicas.pop(name)
         engine = replica.engine
         lost = [r.spec for r in (*engine.running, *engine.waiting)]
         self.gateway.extendleft(reversed(lost))
@@ -137,6 +145,10 @@ class Fleet:
 
     # --- time ----------------------------------------------------------------------------------
     def _next_ready(self) -> float:
+        """When requests waiting at the gateway can next be routed: now, if a replica is routable
+        (requests a stopped replica handed back), else when the next model load ends."""
+        if any(r.routable(self.now) for r in self.replicas.values()):
+            return self.now
         return min((r.ready_at for r in self.replicas.values() if r.ready_at > self.now), default=math.inf)
 
     def _lookahead(self) -> float:
@@ -272,6 +284,8 @@ class Fleet:
     def _retire_drained(self) -> None:
         for name in [n for n, r in self.replicas.items() if r.draining and r.engine.idle]:
             del self.replicas[name]
+        for name in [n for n, r in self.replicas.items() if r.draining and r.drain_deadline <= self.now]:
+            self._evict(name)
 
     def run(self, horizon: float) -> list[RequestRecord]:
         return self.run_until(horizon)

@@ -138,6 +138,7 @@ class DemandOutlook:
     trend: float | None = None
     seasonal: float | None = None
     horizon_s: float = 0.0
+    level: float | None = None  # the last five bins' mean, once MIN_BURST_BINS exist: no burst on top
 
     @property
     def sized(self) -> float:
@@ -166,7 +167,8 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
         here, there = profile.level_at(now), profile.level_at(now + horizon_s)
         if here is not None and there is not None and here > 0 and there > here:
             seasonal = level * min(there / here, MAX_GROWTH)
-    return DemandOutlook(current, burst, trend, seasonal, horizon_s)
+    known_level = level if len(bins) >= MIN_BURST_BINS else None
+    return DemandOutlook(current, burst, trend, seasonal, horizon_s, known_level)
 
 
 def rising(points: Sequence[DemandPoint], now: float, horizon_s: float) -> float | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.plan import Plan
-from infertune.planner.rollout import Rollout, giving_way, peak_gpus, reachable
+from infertune.planner.rollout import Demand, Rollout, giving_way, peak_gpus, reachable
 from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState
 
 # A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
@@ -473,27 +473,29 @@ def _fills_pool(plan: Plan, applied: Layout) -> bool:
 def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, rails: Guardrails) -> Rollout | None:
     """The plan's own shape by a rollout that gives old pods up before their replacements serve, for a
     running shape that fills the pool and cannot stay: the engine reports it past the cliff, or it
-    misses the SLO while the demand measured now is more than all its pods carry (more replicas would
-    fix a miss, and the pool has none), by more over the re-layout horizon than the rollout's dip
-    leaves unserved. The model's word alone never costs serving pods. None without a demand figure,
-    or when the shape can stay."""
-    measured = None if observation is None or not observation.available else observation.demand_rate
+    misses the SLO, and staying queues more of the requests arriving (at the lower of the rate now and
+    the demand level of the last few minutes) and waiting now than the rollout's dip does, over the
+    re-layout horizon past its end. The model's word alone never costs serving pods. None without an
+    arrival rate, without a demand level for a miss, or when the shape can stay."""
+    arriving = None if observation is None or not observation.available else observation.arrival_rate
     chosen, pool = plan.layout, plan.sizing.pool_gpus
-    if chosen is None or pool is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
+    if chosen is None or pool is None or arriving is None or arriving <= 0 or not _fills_pool(plan, applied):
         return None
-    running_rps, chosen_rps = plan.replica_rps(applied), plan.replica_rps(chosen)
+    running_rps, chosen_rps = plan.replica_peak_rps(applied), plan.replica_peak_rps(chosen)
     if running_rps is None or chosen_rps is None:
         return None
-    # What staying leaves unserved over the horizon: the engine past the cliff serves nothing it can
-    # trust (its throughput collapses); an outgrown shape, the demand beyond what all its pods carry.
+    # What staying carries: the engine past the cliff serves nothing it can trust (its throughput
+    # collapses); an outgrown shape, what all its pods carry flat out, against a demand that held for
+    # the last few minutes (a burst's reading, or a few polls, are no reason to give pods up).
     if _past_cliff(observation):
-        unserved = 1.0
-    elif _slo_missed(plan, observation):
-        unserved = max(0.0, 1.0 - applied.replicas * running_rps / measured)
+        staying = 0.0
+    elif _slo_missed(plan, observation) and plan.sizing.level_rps is not None:
+        staying, arriving = applied.replicas * running_rps, min(arriving, plan.sizing.level_rps)
     else:
         return None
-    return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, measured,
-                      unserved * rails.relayout_horizon_s)
+    demand = Demand(arriving, max(observation.waiting or 0.0, 0.0) if observation is not None else 0.0)
+    return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, demand, staying,
+                      rails.relayout_horizon_s)
 
 
 def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None) -> int | None:

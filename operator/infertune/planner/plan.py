@@ -26,6 +26,9 @@ class Sizing:
     replicas_min: int = 1
     replicas_max: int = 64
     pool_gpus: int | None = None
+    # The demand level now (the last few minutes' mean, model/forecast.py), with no burst or forecast
+    # on top: what a decision that costs serving pods for a model load is judged on. None: no history.
+    level_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,15 @@ class Plan:
         hit = np.flatnonzero((self.table.tp == shape.tensor_parallel_size)
                              & (self.table.concurrency == shape.max_num_seqs))
         return None if hit.size == 0 else self._replica_rps(int(hit[0]))
+
+    def replica_peak_rps(self, shape: Layout) -> float | None:
+        """The request rate one replica of `shape` serves with every slot busy (what drains a queue,
+        above the rate replicas are sized by); None for a shape the plan did not consider."""
+        hit = np.flatnonzero((self.table.tp == shape.tensor_parallel_size)
+                             & (self.table.concurrency == shape.max_num_seqs))
+        if hit.size == 0:
+            return None
+        return float(np.concatenate([g.request_rate for g in self.table.grids])[int(hit[0])])
 
     def _replica_rps(self, row: int) -> float:
         return float(_rates(self.table, np.array([row]))[0])
@@ -183,14 +195,15 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
-        closest=None, decided_at=now, sizing=_sizing(request, demand), ranked=ranked,
+        closest=None, decided_at=now, sizing=_sizing(request, demand, outlook), ranked=ranked,
         headroom_gpus=headroom_gpus,
     )
 
 
-def _sizing(request: PlanRequest, demand: float | None) -> Sizing:
+def _sizing(request: PlanRequest, demand: float | None, outlook: DemandOutlook | None) -> Sizing:
     wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
-    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus)
+    level = None if outlook is None else outlook.level
+    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level)
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
@@ -230,5 +243,5 @@ def _infeasible(request: PlanRequest, table: CandidateTable, workload: Workload,
     return Plan(
         feasible=False, reason=reason, choice=None, layout=None, table=table, workload=workload,
         demand_rps=demand, needed_replicas=None, capacity_shortfall_gpus=0, closest=closest, decided_at=now,
-        sizing=_sizing(request, demand),
+        sizing=_sizing(request, demand, None),
     )

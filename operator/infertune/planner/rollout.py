@@ -24,13 +24,18 @@ pods beside them, and replaces old pods one for one as new ones pass readiness, 
   pods (TP4 x8 to TP8 x4 on 32 GPUs) has no maxUnavailable-0 rollout at all: the last new pod needs the
   GPUs of an old pod that waits for it. When the running shape can neither scale nor be left and the
   SLO is being missed, `giving_way` renders maxUnavailable > 0: old pods go before their replacements
-  are ready, and of the strategies the pool holds it takes the one whose serving pods carry the most of
-  the demand measured now at the rollout's thinnest moment (then the fewest loads). A bounded dip ends
-  a miss that staying would make permanent.
+  are ready. Each strategy the pool holds is judged by a fluid queue (`queued_request_seconds`): the
+  requests waiting now and those arriving, served at what the pods up in each wave carry flat out, then
+  by the finished shape to the horizon's end. A dip below the demand leaves a backlog that outlives it
+  (the capacity after must clear it, and everything arriving meanwhile waits behind it), so a deep dip
+  on a long model load costs far more than its own length; a shortfall by a hair costs little. The
+  strategy with the least queueing goes, and only when that is less than staying leaves (an outgrown
+  shape's backlog grows for the whole horizon; past the cliff it serves nothing to count on).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from infertune.planner.plan import Plan
@@ -158,21 +163,50 @@ def _pod_counts(most: int) -> list[int]:
     return sorted(c for c in counts if c <= most)
 
 
+@dataclass(frozen=True)
+class Demand:
+    """What a fluid queue of the fleet is fed: requests/s arriving, and requests waiting now."""
+
+    arrival_rps: float
+    waiting: float = 0.0
+
+
+def queued_request_seconds(demand: Demand, segments: Sequence[tuple[float, float]], horizon_s: float) -> float:
+    """Request-seconds spent waiting over the next `horizon_s`, in a fluid queue: `demand.waiting` now,
+    `demand.arrival_rps` arriving, served at each segment's capacity (requests/s, for its seconds) in
+    turn; the last segment's capacity holds to the horizon's end. The backlog a segment below the demand
+    leaves is cleared only by the surplus of the ones after it."""
+    backlog, total, elapsed = max(demand.waiting, 0.0), 0.0, 0.0
+    for i, (capacity, seconds) in enumerate(segments):
+        span = horizon_s - elapsed if i == len(segments) - 1 else min(seconds, horizon_s - elapsed)
+        if span <= 0:
+            break
+        growth = demand.arrival_rps - capacity
+        if growth >= 0:
+            total += backlog * span + 0.5 * growth * span * span
+        else:
+            clear = min(span, backlog / -growth)
+            total += backlog * clear + 0.5 * growth * clear * clear
+        backlog = max(0.0, backlog + growth * span)
+        elapsed += span
+    return total
+
+
 def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: float, running_rps: float,
-               proposed_rps: float, demand_rps: float, staying_unserved_s: float) -> Rollout | None:
+               proposed_rps: float, demand: Demand, staying_rps: float, horizon_s: float) -> Rollout | None:
     """The rollout to `proposed` that gives old pods up before their replacements serve (maxUnavailable
     > 0), for a running shape the full pool can leave no other way. Of the counts, maxUnavailable and
     maxSurge whose rollout the pool holds without a Pending pod, and that never leaves no pod serving:
-    the one that leaves the least of `demand_rps` unserved over the rollout (each replica serving
-    `running_rps` or `proposed_rps`; a count below the proposed one adds the load of the scale-up after
-    it), then the fewest loads, then the least GPU-time. None when the pool holds none, when no demand
-    figure says what the pods must carry, or when staying leaves less unserved than the rollout does
-    while it runs (`staying_unserved_s`: seconds of the whole demand, over the caller's horizon): the
-    queue a dip builds is demand served late, as is what an outgrown shape leaves, and a long model load
-    makes the dip the dearer of the two."""
-    if demand_rps <= 0 or min(running_rps, proposed_rps) <= 0:
+    the one whose fluid queue (`queued_request_seconds`, each replica carrying `running_rps` or
+    `proposed_rps` flat out, then the proposed count to the horizon's end; a count below the proposed
+    one adds the load of the scale-up after it) waits least against staying (the running pods carrying
+    `staying_rps` throughout), over `horizon_s` past the rollout's end; then the fewest loads, then the
+    least GPU-time. None when the pool holds none, when nothing arrives, or when staying queues no more
+    than that rollout does."""
+    if demand.arrival_rps <= 0 or min(running_rps, proposed_rps) <= 0:
         return None
     best: tuple[tuple[float, int, float], Rollout] | None = None
+    finished = proposed.replicas * proposed_rps
     for count in range(1, max(proposed.replicas, running.replicas) + 1):
         target = replace(proposed, replicas=count)
         for unavailable in _pod_counts(count)[1:]:
@@ -185,17 +219,20 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
                     continue
                 # A count below the proposed one is followed by the scale-up to it: one more load.
                 after = [(0, count, proposed.replicas - count)] if count < proposed.replicas else []
-                shares = [min(1.0, (old * running_rps + ready * proposed_rps) / demand_rps)
-                          for old, ready, _ in steps + after]
-                if min(shares) <= 0:
+                carried = [old * running_rps + ready * proposed_rps for old, ready, _ in steps + after]
+                if min(carried) <= 0:
                     continue  # nothing serving for a whole model load: an outage, never a rollout
-                rollout = replace(rollout, serving_share=min(shares))
-                rank = (sum(1.0 - share for share in shares), rollout.waves, rollout.extra_gpu_seconds)
+                rollout = replace(rollout, serving_share=min(1.0, min(carried) / demand.arrival_rps))
+                # Judged up to a horizon past the rollout's end: staying's backlog grows for as long as
+                # one looks, a rollout's stops growing once its pods serve.
+                window = horizon_s + len(carried) * load_seconds
+                queued = queued_request_seconds(demand, [(c, load_seconds) for c in carried] + [(finished, window)],
+                                                window)
+                staying = queued_request_seconds(demand, [(staying_rps, window)], window)
+                rank = (queued - staying, rollout.waves, rollout.extra_gpu_seconds)
                 if best is None or rank < best[0]:
                     best = rank, rollout
-    if best is None:
-        return None
-    return best[1] if best[0][0] * load_seconds < staying_unserved_s else None
+    return best[1] if best is not None and best[0][0] < 0 else None
 
 
 def reachable(plan: Plan, running: Layout, running_safe: bool = True, keep: int | None = None,
