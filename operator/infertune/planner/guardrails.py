@@ -195,10 +195,10 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
     if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return _ok("relayout-payback")
     if ctx.rollout.max_unavailable > 0:
-        # Giving way has weighed its dip against what staying leaves unserved (planner/rollout.py): a
+        # Giving way has weighed its dip's queue against staying's (planner/rollout.py): a
         # shape that cannot stay is not judged by what it saves.
         return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
-                   "the running shape fills the pool and cannot stay; the rollout's dip leaves less unserved")
+                   "the running shape fills the pool and cannot stay; the rollout's dip queues less than staying")
     assert ctx.proposed is not None
     price_per_gpu_second = _price(ctx) / 3600.0
     baseline = ctx.current or ctx.applied
@@ -493,7 +493,8 @@ def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, ra
         staying, arriving = applied.replicas * running_rps, min(arriving, plan.sizing.level_rps)
     else:
         return None
-    demand = Demand(arriving, max(observation.waiting or 0.0, 0.0) if observation is not None else 0.0)
+    assert observation is not None  # `arriving` came from it
+    demand = Demand(arriving, max(observation.waiting or 0.0, 0.0))
     return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, demand, staying,
                       rails.relayout_horizon_s)
 

@@ -69,10 +69,9 @@ class Plan:
         still sized, since the engine's own figures judge that. `demand_rps` sizes for another demand
         than the plan's."""
         table = self.table
-        hit = np.flatnonzero((table.tp == shape.tensor_parallel_size) & (table.concurrency == shape.max_num_seqs))
-        if hit.size == 0:
+        row = self._row(shape)
+        if row is None:
             return None
-        row = int(hit[0])
         over = table.kv_risk[row] > RUNNING_KV_RISK or table.kv_fraction[row] > 1.0
         if Verdict(int(table.verdict[row])) in _UNSAFE or (over and not over_line):
             return None
@@ -87,18 +86,20 @@ class Plan:
     def replica_rps(self, shape: Layout) -> float | None:
         """The request rate one replica of `shape` carries (what `sized` divides the demand by); None
         for a shape the plan did not consider."""
-        hit = np.flatnonzero((self.table.tp == shape.tensor_parallel_size)
-                             & (self.table.concurrency == shape.max_num_seqs))
-        return None if hit.size == 0 else self._replica_rps(int(hit[0]))
+        row = self._row(shape)
+        return None if row is None else self._replica_rps(row)
 
     def replica_peak_rps(self, shape: Layout) -> float | None:
         """The request rate one replica of `shape` serves with every slot busy (what drains a queue,
         above the rate replicas are sized by); None for a shape the plan did not consider."""
+        row = self._row(shape)
+        return None if row is None else float(np.concatenate([g.request_rate for g in self.table.grids])[row])
+
+    def _row(self, shape: Layout) -> int | None:
+        """`shape`'s row of the candidate table (TP and concurrency); None for a shape not considered."""
         hit = np.flatnonzero((self.table.tp == shape.tensor_parallel_size)
                              & (self.table.concurrency == shape.max_num_seqs))
-        if hit.size == 0:
-            return None
-        return float(np.concatenate([g.request_rate for g in self.table.grids])[int(hit[0])])
+        return None if hit.size == 0 else int(hit[0])
 
     def _replica_rps(self, row: int) -> float:
         return float(_rates(self.table, np.array([row]))[0])
