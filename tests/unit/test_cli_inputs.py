@@ -187,3 +187,87 @@ def test_samples_no_fit_can_be_solved_from_are_one_line_not_a_bug(capsys: pytest
     code, _, err = run(capsys, "fit", "--samples", str(csv), "--model", "kimi-k2.6", "--tp", "8",
                        "--context-tokens", "8000")
     assert code == 2 and one_line(err) and "singular" in err
+
+
+EXAMPLE_RESOURCE = str(Path(__file__).resolve().parents[2] / "examples" / "kimi-k2.6-b200.yaml")
+
+
+def _named_file_cases(tmp: Path) -> list[tuple[list[str], str]]:
+    """Every flag that names a file to read, each given a file it cannot use."""
+    binary = tmp / "binary.dat"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    broken = tmp / "broken.yaml"
+    broken.write_text("spec: [\n")
+    a_list = tmp / "list.yaml"
+    a_list.write_text("- a\n- b\n")
+    samples = tmp / "samples.csv"
+    samples.write_text("batch,per_pass_ms\n1,10\n2,11\n4,13\n")
+    return [
+        (["render", "-f", str(binary)], "--file"),
+        (["render", "-f", str(tmp)], "--file"),
+        (["plan", "-f", str(binary)], "--file"),
+        (["explain", "-f", str(binary)], "--file"),
+        (["render", "-f", EXAMPLE_RESOURCE, "--policy", str(binary)], "--policy"),
+        (["render", "-f", EXAMPLE_RESOURCE, "--policy", str(broken)], "--policy"),
+        (["render", "-f", EXAMPLE_RESOURCE, "--policy", str(a_list)], "--policy"),
+        (["render", "-f", EXAMPLE_RESOURCE, "--config-json", str(binary)], "--config-json"),
+        (["fit", "--samples", str(binary)], "--samples"),
+        (["fit", "--samples", str(tmp)], "--samples"),
+        (["fit", "--samples", str(samples), "--model", str(binary), "--gpu", "b200", "--tp", "8"], "--model"),
+        (["observe", "--source", "prometheus", "--url", "http://127.0.0.1:9", "--token-file", str(binary)],
+         "--token-file"),
+        (["bench", "--trace", str(binary), "--rate-multiplier", "2"], "--trace"),
+        (["simulate", "replay", "--trace", str(binary)], "--trace"),
+    ]
+
+
+def test_a_named_file_that_is_not_text_or_not_a_file_is_one_line_naming_its_flag(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Bytes that are not UTF-8, a directory, YAML that does not parse or is not one mapping: each is
+    refused in one line that names the flag (exit 2), never an internal error."""
+    for argv, flag in _named_file_cases(tmp_path):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and one_line(err) and flag in err, (argv, err)
+
+
+def test_a_samples_file_with_a_byte_order_mark_reads_as_text(capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    """Spreadsheets save CSV with a UTF-8 byte-order mark; its first column is still `batch`."""
+    samples = tmp_path / "bom.csv"
+    samples.write_bytes("batch,per_pass_ms\n1,10\n2,11\n4,13\n".encode("utf-8-sig"))
+    code, out, err = run(capsys, "fit", "--samples", str(samples), "--output", "json")
+    assert code == 0, err
+    assert json.loads(out)["samples"] == 3
+
+
+@pytest.mark.parametrize(("extra", "flag"), [
+    (["--model", "llama-3.1-8b"], "--model"), (["--max-concurrency", "32"], "--max-concurrency"),
+    (["--pool-gpus", "8"], "--pool-gpus"), (["--prompt-tokens", "100", "--output-tokens", "10"], "--prompt-tokens"),
+])
+def test_plan_with_a_resource_refuses_a_flag_the_resource_already_says(
+        capsys: pytest.CaptureFixture[str], extra: list[str], flag: str) -> None:
+    """With -f the resource says the model, the SLO and the pool: a flag saying otherwise would be ignored,
+    so it is refused in one line rather than silently dropped."""
+    code, _, err = run(capsys, "plan", "-f", EXAMPLE_RESOURCE, *extra)
+    assert code == 2 and one_line(err) and flag in err
+
+
+def test_policy_and_config_json_without_a_resource_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--policy", "--config-json"):
+        code, _, err = run(capsys, "plan", flag, EXAMPLE_RESOURCE)
+        assert code == 2 and one_line(err) and flag in err
+
+
+def test_plan_with_a_resource_takes_measured_samples_and_a_demand_on_top(capsys: pytest.CaptureFixture[str],
+                                                                         tmp_path: Path) -> None:
+    """The measurements are not in the resource: --samples and --demand-rps change the plan of -f."""
+    samples = tmp_path / "samples.csv"
+    samples.write_text("batch,per_pass_ms\n1,9\n2,10.5\n4,13\n8,18\n")
+    _, plain, _ = run(capsys, "plan", "-f", EXAMPLE_RESOURCE, "--output", "json")
+    _, measured, _ = run(capsys, "plan", "-f", EXAMPLE_RESOURCE, "--samples", str(samples), "--demand-rps", "2",
+                         "--output", "json")
+    before, after = json.loads(plain), json.loads(measured)
+    assert after["demand_rps"] == 2 and before["demand_rps"] != 2
+    sources = {c["pass_source"] for c in after["candidates"] if c["tensor_parallel_size"] == 8}
+    assert sources <= {"fit", "fit+napkin"} and "fit" in sources
+    assert not any(c["pass_source"].startswith("fit") for c in before["candidates"])

@@ -285,6 +285,18 @@ def test_any_metrics_payload_is_a_fault_or_figures_in_their_physical_range(pods:
 bad_cell = st.one_of(nasty_text, st.text(alphabet=",\"\n x", max_size=4))
 
 
+def _encoded(text: str, how: str) -> bytes:
+    if how == "junk":  # bytes no UTF-8 text holds, after a readable start
+        return text.encode("utf-8", errors="surrogatepass") + b"\xff\xfe\x80"
+    return text.encode(how, errors="surrogatepass")
+
+
+def as_file(texts: st.SearchStrategy[str]) -> st.SearchStrategy[bytes]:
+    """A text as a user's file holds it: mostly UTF-8, now and then with a byte-order mark (as
+    spreadsheets save CSV), in UTF-16, or with bytes that are no text at all."""
+    return st.builds(_encoded, texts, rarely("utf-8", st.sampled_from(["utf-8-sig", "utf-16", "junk"]), 10))
+
+
 @st.composite
 def samples_csv(draw: st.DrawFn) -> str:
     header = draw(rarely("batch,per_pass_ms", st.sampled_from(["batch,per_pass_ms,context_tokens", "batch,latency",
@@ -299,11 +311,12 @@ def samples_csv(draw: st.DrawFn) -> str:
 
 
 @FUZZ
-@given(samples_csv(), st.sampled_from([[], ["--model", "kimi-k2.6", "--tp", "8", "--context-tokens", "8000"]]))
-def test_a_samples_csv_is_refused_in_one_line_or_fitted(text: str, extra: list[str]) -> None:
+@given(as_file(samples_csv()),
+       st.sampled_from([[], ["--model", "kimi-k2.6", "--tp", "8", "--context-tokens", "8000"]]))
+def test_a_samples_csv_is_refused_in_one_line_or_fitted(data: bytes, extra: list[str]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "samples.csv"
-        path.write_text(text)
+        path.write_bytes(data)
         try:
             samples = read_samples(str(path))
         except UserError:
@@ -328,11 +341,11 @@ def trace_csv(draw: st.DrawFn) -> str:
 
 
 @FUZZ
-@given(trace_csv())
-def test_a_trace_is_refused_naming_its_line_or_read_into_finite_requests(text: str) -> None:
+@given(as_file(trace_csv()))
+def test_a_trace_is_refused_naming_its_line_or_read_into_finite_requests(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "trace.csv"
-        path.write_text(text)
+        path.write_bytes(data)
         try:
             rows = load_trace(path)
         except UserError as exc:

@@ -10,6 +10,7 @@ traces carry none), so only preemption recompute can hit the prefix cache.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from infertune.errors import UserError
+from infertune.textfile import read_text
 from infertune_lab.sim.records import RequestRecord, RequestSpec
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -61,7 +63,11 @@ def load_trace(path: str | Path) -> list[TraceRow]:
     p = Path(path)
     if not p.is_file():
         raise TraceError(f"{p}: no such trace file")
-    with p.open(newline="") as fh:
+    try:
+        text = read_text(p, "--trace")
+    except UserError as exc:
+        raise TraceError(str(exc)) from None
+    with io.StringIO(text, newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None:

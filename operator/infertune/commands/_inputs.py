@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from typing import Any
 from infertune.errors import UserError
 from infertune.model import ModelProfile, load_model, profile_from_hf_config
 from infertune.planner.request import tp_refusal
+from infertune.textfile import read_text
 
 
 def number(low: float | None = None, high: float | None = None, *, integer: bool = False,
@@ -124,9 +126,7 @@ def resolve_model(value: str) -> ModelProfile:
     path = Path(value)
     if value.endswith(".json") or path.is_file():
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"--model: no such file {value}") from None
+            raw = json.loads(read_text(path, "--model"))
         except json.JSONDecodeError as exc:
             raise UserError(f"--model: {value} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
         return profile_from_hf_config(raw, name=path.parent.name or path.stem)
@@ -152,11 +152,7 @@ SAMPLE_CONTEXT_MAX = 10_000_000
 
 def read_samples(path: str) -> Samples:
     """Reads `batch,per_pass_ms[,context_tokens]`; a bad row is an error that names its line."""
-    try:
-        handle = open(path, newline="", encoding="utf-8")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        raise UserError(f"--samples: no such file {path}") from None
-    with handle:
+    with io.StringIO(read_text(path, "--samples"), newline="") as handle:
         reader = csv.DictReader(handle)
         fields = [f.strip() for f in reader.fieldnames or []]
         missing = {"batch", "per_pass_ms"} - set(fields)

@@ -31,6 +31,7 @@ from infertune.observe import (
     pressure_point,
 )
 from infertune.observe.http import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS, FetchFailed, source_url
+from infertune.textfile import read_text
 
 
 def register(sub: Any) -> None:
@@ -73,7 +74,7 @@ def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
         _seconds(args.window, "--window")
         token = None
         if args.token_file:
-            token = Path(args.token_file).read_text().strip()
+            token = read_text(args.token_file, "--token-file").strip()
             if not token:
                 raise UserError(f"--token-file: {args.token_file} is empty")
         if args.ca and not Path(args.ca).is_file():

@@ -35,6 +35,13 @@ MAX_TOKENS = 10_000_000  # a prompt or answer longer than any model's context
 MAX_DEMAND_RPS = 1_000_000.0
 
 
+# Flags that say what a resource given with -f already says: with -f they would be ignored, so they
+# are refused. The measurements (--samples or --fit, --demand-rps) apply on top of the resource.
+DESCRIBE_THE_DEPLOYMENT = ("model", "gpu", "tp", "workload", "prompt_tokens", "cached_fraction", "output_tokens",
+                           "context_cv", "min_stream_tps", "max_ttft", "price_per_gpu_hour", "pool_gpus",
+                           "max_concurrency", "kv_headroom")
+
+
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("plan", help="choose TP, max concurrency and replicas for an SLA")
     p.add_argument("-f", "--file", type=Path, help="an InferenceDeployment YAML instead of the flags below")
@@ -67,7 +74,7 @@ def register(sub: Any) -> None:
     p.add_argument("--all", action="store_true", help="show every candidate, not a sample of them")
     p.add_argument("--plot", help="write a PNG of the curve with the regions, the cliff and the choice")
     p.add_argument("--output", choices=("table", "json"), default="table")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, deployment_defaults={dest: p.get_default(dest) for dest in DESCRIBE_THE_DEPLOYMENT})
 
 
 def _workload(args: argparse.Namespace) -> Workload:
@@ -107,10 +114,24 @@ def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
     return {}
 
 
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
 def request_from_args(args: argparse.Namespace) -> PlanRequest:
     if args.file:
+        given = [dest for dest in DESCRIBE_THE_DEPLOYMENT if getattr(args, dest) != args.deployment_defaults[dest]]
+        if given:
+            raise UserError(f"{_flag(given[0])}: the resource given with -f says this; edit the resource, or "
+                            "drop -f to plan from the flags")
         _, resolved = resolve_file(args)
-        return resolved.request
+        request = resolved.request
+        demand = request.demand_rps if args.demand_rps is None else args.demand_rps
+        return replace(request, demand_rps=demand, fits={**request.fits, **_fits(args)})
+    for dest in ("policy", "config_json"):
+        if getattr(args, dest) is not None:
+            raise UserError(f"{_flag(dest)}: goes with -f FILE (the resource whose policyRef or configMapRef it "
+                            "stands for)")
     model, tp_sizes = resolve_model(args.model), parse_int_list(args.tp, "--tp")
     check_tp(model, tp_sizes, "--tp")
     return PlanRequest(

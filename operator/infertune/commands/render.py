@@ -17,15 +17,21 @@ from infertune.api.spec import API_VERSION, CONCURRENCY_MAX, KIND, InferenceDepl
 from infertune.commands._inputs import number
 from infertune.errors import UserError
 from infertune.planner.request import Resolved, resolve, starting_layout
+from infertune.textfile import read_text
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
 
-def load_resource(path: Path) -> dict[str, Any]:
+def _yaml_documents(path: Path, flag: str) -> list[Any]:
+    text = read_text(path, flag)
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+        return [d for d in yaml.safe_load_all(text) if d]
     except yaml.YAMLError as exc:
-        raise UserError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"{flag}: {path}: not YAML: {str(exc).splitlines()[0]}") from None
+
+
+def load_resource(path: Path) -> dict[str, Any]:
+    docs = _yaml_documents(path, "--file")
     found = [d for d in docs if isinstance(d, dict) and d.get("kind") == KIND]
     if not found:
         raise UserError(f"{path}: no {KIND} ({API_VERSION}) in the file")
@@ -39,14 +45,16 @@ def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPoli
     if not candidate.exists():
         raise UserError(f"spec.policyRef: ServingPolicy {spec.policy_ref.name!r} not found at {candidate}; "
                         "pass --policy FILE")
-    doc = yaml.safe_load(candidate.read_text(encoding="utf-8")) or {}
-    return parse_policy(doc.get("spec"))
+    docs = _yaml_documents(candidate, "--policy")
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise UserError(f"--policy: {candidate}: expected one ServingPolicy document (a mapping with a spec)")
+    return parse_policy(docs[0].get("spec"))
 
 
 def resolve_file(args: argparse.Namespace) -> tuple[dict[str, Any], Resolved]:
     resource = load_resource(args.file)
     spec = parse_spec(resource.get("spec"))
-    config = args.config_json.read_text(encoding="utf-8") if args.config_json else None
+    config = read_text(args.config_json, "--config-json") if args.config_json else None
     return resource, resolve(spec, load_policy(spec, args.policy), config)
 
 
