@@ -271,3 +271,13 @@ def test_plan_with_a_resource_takes_measured_samples_and_a_demand_on_top(capsys:
     sources = {c["pass_source"] for c in after["candidates"] if c["tensor_parallel_size"] == 8}
     assert sources <= {"fit", "fit+napkin"} and "fit" in sources
     assert not any(c["pass_source"].startswith("fit") for c in before["candidates"])
+
+
+@pytest.mark.parametrize("argv", [["explain", "my-model", "-n", "default"], ["run"]])
+def test_a_command_that_needs_a_cluster_says_when_there_is_none(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    """Outside a pod and without a kubeconfig, the commands that talk to the API server say so in one line."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and one_line(err) and "no cluster" in err and "missing-kubeconfig" in err

@@ -1,6 +1,7 @@
 """Shared argument parsing for the commands: the one validated numeric argument type, output paths
 checked before any work starts, JSON that is always valid JSON, catalog names or config.json, and
-samples CSVs. Every bad input is one line that names the flag (cli.py prints it)."""
+samples CSVs, and the cluster a command talks to. Every bad input is one line that names the flag
+(cli.py prints it)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infertune.errors import UserError
 from infertune.model import ModelProfile, load_model, profile_from_hf_config
 from infertune.planner.request import tp_refusal
 from infertune.textfile import read_text
+
+if TYPE_CHECKING:
+    from infertune.actuate.apply import KubeClient
 
 
 def number(low: float | None = None, high: float | None = None, *, integer: bool = False,
@@ -182,3 +186,17 @@ def read_samples(path: str) -> Samples:
     if len(batches) < 3:
         raise UserError(f"{path}: need at least 3 samples, got {len(batches)}")
     return Samples(tuple(batches), tuple(seconds), tuple(contexts) if has_context else None)
+
+
+def cluster_client() -> KubeClient:
+    """The API client (in-cluster, else the kubeconfig), or one line saying why there is none."""
+    import kubernetes.config  # only the commands that talk to a cluster pay for the import
+
+    from infertune.actuate.apply import client_from_environment
+
+    try:
+        return client_from_environment()
+    except (kubernetes.config.ConfigException, OSError) as exc:
+        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise UserError(f"no cluster to talk to: not in a pod, and the kubeconfig ({where}) "
+                        f"does not load: {exc}") from None

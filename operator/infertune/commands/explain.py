@@ -11,7 +11,7 @@ from typing import Any
 
 from infertune.api.policy import parse_policy
 from infertune.api.spec import API_VERSION, KIND, parse_spec
-from infertune.commands._inputs import number
+from infertune.commands._inputs import cluster_client, number
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
 from infertune.errors import UserError
@@ -33,10 +33,9 @@ def register(sub: Any) -> None:
 
 
 def _from_cluster(args: argparse.Namespace) -> tuple[Resolved, dict[str, Any]]:
-    from infertune.actuate.apply import client_from_environment
     from infertune.errors import ApiError
 
-    kube = client_from_environment()
+    kube = cluster_client()
     try:
         body = kube.get(API_VERSION, KIND, args.namespace, args.name)
     except ApiError as exc:

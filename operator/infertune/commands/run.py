@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 import structlog
 
-from infertune.actuate.apply import client_from_environment
+from infertune.commands._inputs import cluster_client
 from infertune.controller import OperatorContext, build_registry
 from infertune.errors import UserError
 from infertune.observe.http import AllowList
@@ -125,18 +125,6 @@ def configure_logging(log_format: str, level: str) -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
-def _cluster_client() -> Any:
-    """The API client (in-cluster, else the kubeconfig), or one line saying why there is none."""
-    import kubernetes.config
-
-    try:
-        return client_from_environment()
-    except (kubernetes.config.ConfigException, OSError) as exc:
-        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise UserError(f"no cluster to run against: not in a pod, and the kubeconfig ({where}) "
-                         f"does not load: {exc}") from None
-
-
 def handle(args: argparse.Namespace) -> int:
     _checked(args)
     token = None if args.prometheus_token_secret is None else (
@@ -148,7 +136,7 @@ def handle(args: argparse.Namespace) -> int:
         from infertune.observe import PrometheusSource
 
         source = PrometheusSource(args.prometheus_url, window=args.metrics_window)
-    ctx = OperatorContext(kube=_cluster_client(), source=source, poll_seconds=args.poll_seconds,
+    ctx = OperatorContext(kube=cluster_client(), source=source, poll_seconds=args.poll_seconds,
                           cycle_seconds=args.cycle_seconds, metrics_window=args.metrics_window,
                           default_token=token, allowed_urls=allowed)
     if args.metrics_port:
