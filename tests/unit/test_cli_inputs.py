@@ -82,13 +82,17 @@ def test_a_demand_no_pool_serves_is_infeasible_not_a_choice(capsys: pytest.Captu
     lambda out: ["simulate", "replay", "--trace", "x.csv", "--records", str(out / "missing" / "records.csv")],
     lambda out: ["bench", "--report", str(out / "a-file" / "report")],
     lambda out: ["demo", "--report", str(out / "a-file")],
+    lambda out: ["crds", "--out", str(out / "a-file")],
+    lambda out: ["crds", "--reference", str(out / "a-file" / "reference.md")],
 ])
 def test_an_output_path_that_cannot_be_written_fails_before_any_work(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, argv_of: Any) -> None:
     (tmp_path / "a-file").write_text("not a directory")
     started = time.monotonic()
-    code, out, err = run(capsys, *argv_of(tmp_path))
+    argv = argv_of(tmp_path)
+    code, out, err = run(capsys, *argv)
     assert code == 2 and one_line(err) and out == "", err
+    assert argv[-2] in err  # the flag whose path it is
     assert time.monotonic() - started < 5  # refused up front, not after the sweep, replay or benchmark
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
@@ -274,8 +278,8 @@ def test_plan_with_a_resource_takes_measured_samples_and_a_demand_on_top(capsys:
 
 
 @pytest.mark.parametrize("argv", [["explain", "my-model", "-n", "default"], ["run"]])
-def test_a_command_that_needs_a_cluster_says_when_there_is_none(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+def test_a_command_that_needs_a_cluster_says_when_there_is_none(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
     """Outside a pod and without a kubeconfig, the commands that talk to the API server say so in one line."""
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
