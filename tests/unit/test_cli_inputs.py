@@ -277,12 +277,11 @@ def test_plan_with_a_resource_takes_measured_samples_and_a_demand_on_top(capsys:
     assert not any(c["pass_source"].startswith("fit") for c in before["candidates"])
 
 
-# `run` says the same (one function), but it configures the process-wide logging first, so it is not run here.
-@pytest.mark.parametrize("argv", [["explain", "my-model", "-n", "default"]])
-def test_a_command_that_needs_a_cluster_says_when_there_is_none(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
-    """Outside a pod and without a kubeconfig, the commands that talk to the API server say so in one line."""
+def test_explain_without_a_cluster_says_there_is_none(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a pod and without a kubeconfig, `explain NAME` says so in one line (`run` shares the
+    function, but configures the process-wide logging first, so it is not run in-process here)."""
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
-    code, _, err = run(capsys, *argv)
+    code, _, err = run(capsys, "explain", "my-model", "-n", "default")
     assert code == 2 and one_line(err) and "no cluster" in err and "missing-kubeconfig" in err

@@ -45,9 +45,10 @@ def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPoli
     if not candidate.exists():
         raise UserError(f"spec.policyRef: ServingPolicy {spec.policy_ref.name!r} not found at {candidate}; "
                         "pass --policy FILE")
-    docs = _yaml_documents(candidate, "--policy")
+    flag = "--policy" if path else "spec.policyRef"  # the default file was not named by a flag
+    docs = _yaml_documents(candidate, flag)
     if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise UserError(f"--policy: {candidate}: expected one ServingPolicy document (a mapping with a spec)")
+        raise UserError(f"{flag}: {candidate}: expected one ServingPolicy document (a mapping with a spec)")
     return parse_policy(docs[0].get("spec"))
 
 
