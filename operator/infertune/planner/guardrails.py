@@ -187,25 +187,6 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
     return _ok("relayout-cooldown")
 
 
-def check_scale_up_first(ctx: _Context) -> Check:
-    """A re-layout made for cost waits while the demand measured now (not its forecast: a steady ramp
-    would hold every re-layout) needs more pods of the running shape than run, and the pool has room
-    for them: those scale now, and the cheaper shape is judged again once they run. A rollout started
-    in a surge restarts pods when every one is needed, and on a nearly full pool its surge pods take the
-    room the scale-up needed."""
-    if not _is_relayout(ctx) or ctx.applied_unsafe or ctx.current is None or ctx.applied is None:
-        return _ok("scale-up-first")
-    if ctx.rollout is not None and ctx.rollout.max_unavailable > 0:
-        return _ok("scale-up-first")  # giving way: the running shape cannot grow, and cannot stay
-    measured = None if ctx.observation is None else ctx.observation.demand_rate
-    short = None if measured is None else ctx.plan.sized(ctx.applied, demand_rps=measured)
-    if short is None or short.replicas <= ctx.applied.replicas:
-        return _ok("scale-up-first")
-    return _hold("scale-up-first", DecisionReason.SCALE_UP_FIRST,
-                 f"the demand measured now ({measured:.2f} req/s) needs {short.replicas} replica(s) of the running "
-                 f"shape and {ctx.applied.replicas} run: they scale before a cheaper layout rolls")
-
-
 def check_relayout_pays_back(ctx: _Context) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
     only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
@@ -299,7 +280,6 @@ CHECKS: tuple[Callable[[_Context], Check], ...] = (
     check_plan_feasible,
     check_relayout_settled,
     check_relayout_cooldown,
-    check_scale_up_first,
     check_relayout_pays_back,
     check_relayout_keeps_capacity,
     check_rollout_finished,
@@ -434,7 +414,7 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
 
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets
 # the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
-_RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_COOLDOWN, DecisionReason.SCALE_UP_FIRST,
+_RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_COOLDOWN,
                    DecisionReason.RELAYOUT_NOT_WORTH_IT, DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
                    DecisionReason.NO_FEASIBLE_LAYOUT)
 

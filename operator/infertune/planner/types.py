@@ -106,7 +106,6 @@ class DecisionReason(StrEnum):
     SCALE_DOWN_COOLDOWN = "ScaleDownCooldown"
     SCALE_DOWN_STABILIZING = "ScaleDownStabilizing"
     SCALE_UP_COOLDOWN = "ScaleUpCooldown"
-    SCALE_UP_FIRST = "ScaleUpFirst"
     UP_TO_DATE = "UpToDate"
     WITHIN_HYSTERESIS = "WithinHysteresis"
 
