@@ -10,7 +10,6 @@ from infertune.model import FitError, LinearFit, PerformanceModel, load_gpu, loa
 from infertune.model.passfit import PassFit, SampleSet, fit_pass, pass_terms
 from infertune.model.perf import Region
 from infertune.model.roofline import NapkinAssumptions, napkin_per_pass
-from infertune.model.workload import Workload
 
 DSR1 = load_model("deepseek-r1")
 LLAMA70 = load_model("llama-3.3-70b")
@@ -183,26 +182,3 @@ def test_a_moe_with_a_fit_at_short_context_keeps_its_regions_in_order():
                                                                  (1.0,) * 3)})
     regions = perf.grid(8, np.arange(1, 257, dtype=float)).regions()
     assert _in_order(regions) and regions[0] is Region.CLIMB and regions[-1] is not Region.CLIMB
-
-
-def test_prompt_tokens_that_share_the_step_are_carried_past_the_samples_as_prefill_not_as_experts():
-    """Chunked prefill runs the newcomers' prompts in the same steps as the decode: at batch B a step in a
-    steady state carries B x fresh / output prompt tokens, a cost that grows straight with the batch. Fitted as
-    if it were the decode pass, it is read as experts' weights (which saturate) and an overhead (which does
-    not grow), and a prompt-heavy workload's step is under-predicted wherever the operator has not run yet."""
-    workload = Workload(fresh_tokens=2_000, cached_tokens=0, output_tokens=30)
-    base = PerformanceModel(DSR1, B200, workload)
-    context = workload.prompt_tokens + workload.output_tokens / 2
-    prefill = workload.fresh_tokens / workload.output_tokens / base.prefill_rate(8)
-
-    def step(batch: np.ndarray) -> np.ndarray:
-        return truth(DSR1, B200, 8, batch, np.full(batch.shape, context), (1.2, 0.8, 1.1, 0.9)) + batch * prefill
-
-    sampled = np.repeat(np.arange(2.0, 9.0), 2)
-    samples = SampleSet(tuple(sampled), tuple(step(sampled)), (context,) * sampled.size, (1.0,) * sampled.size)
-    perf = PerformanceModel(DSR1, B200, workload, fits={8: samples})
-    for batch in (16.0, 32.0, 64.0):
-        predicted = perf.per_pass(8, batch)
-        measured = float(step(np.array([batch]))[0])
-        assert predicted.seconds == pytest.approx(measured, rel=0.02)
-        assert predicted.low_seconds <= measured <= predicted.high_seconds

@@ -130,10 +130,6 @@ class PassFit:
     context_min: float
     context_max: float
     napkin: NapkinAssumptions = NapkinAssumptions()
-    # Seconds a step spends prefilling per decoding stream (chunked prefill shares the step): known from
-    # the request shape and the prefill rate, taken out of the samples before the fit and added back to
-    # every prediction, so the fit's terms see the decode pass alone.
-    prefill_per_stream: float = 0.0
 
     @property
     def terms(self) -> tuple[tuple[str, float], ...]:
@@ -174,8 +170,7 @@ class PassFit:
     def per_pass(self, model: ModelProfile, gpu: GpuSpec, batch: float, context: float) -> tuple[float, float, float]:
         mean, low, high = self.interval(pass_terms(model, gpu, self.tp, np.array([float(batch)]), context,
                                                    self.napkin))
-        prefill = float(batch) * self.prefill_per_stream
-        return float(mean[0]) + prefill, float(low[0]) + prefill, float(high[0]) + prefill
+        return float(mean[0]), float(low[0]), float(high[0])
 
 
 def _nnls(a: FloatArray, b: FloatArray) -> tuple[FloatArray, tuple[int, ...]]:
@@ -252,7 +247,6 @@ def fit_pass(
     model: ModelProfile, gpu: GpuSpec, tp: int, batches: Numbers, seconds: Numbers,
     contexts: Numbers, weights: Numbers | None = None,
     napkin: NapkinAssumptions = DEFAULT_NAPKIN, prior: PassPrior = PassPrior(), iterations: int = 10,
-    prefill_per_stream: float = 0.0,
 ) -> PassFit:
     """Fits the napkin's coefficients to (batch, context, seconds) samples. Raises FitError without any
     usable sample. Invalid rows (non-finite, non-positive) are dropped, as `fit_per_pass` drops them."""
@@ -267,9 +261,6 @@ def fit_pass(
     x, y, ctx, w0 = x[keep], y[keep], ctx[keep], w0[keep]
     if x.size == 0:
         raise FitError("no valid sample to fit")
-    if prefill_per_stream > 0:
-        # The decode pass alone; a sample can never owe more than half its step to the others' prompts.
-        y = np.maximum(y - x * prefill_per_stream, 0.5 * y)
     terms = pass_terms(model, gpu, tp, x, ctx, napkin)
     # Relative noise: each row is weighted by 1/(noise x seconds), times its confidence.
     base_rows = np.sqrt(w0) / (prior.noise * y)
@@ -302,7 +293,7 @@ def fit_pass(
     c = tuple(float(v) for v in coef[:4])
     scale = float(np.exp(np.mean(np.log(np.maximum(coef[1:], 1e-12)))))
     return PassFit(tp, (c[0], c[1], c[2], c[3]), scale, cov, r2, int(x.size), float(x.min()),
-                   float(x.max()), float(ctx.min()), float(ctx.max()), napkin, max(prefill_per_stream, 0.0))
+                   float(x.max()), float(ctx.min()), float(ctx.max()), napkin)
 
 
 def _covariance(a: FloatArray, support: tuple[int, ...], terms: FloatArray, y: FloatArray, coef: FloatArray,
@@ -367,8 +358,7 @@ class SampleSet:
 
 @lru_cache(maxsize=512)
 def fit_from_samples(model: ModelProfile, gpu: GpuSpec, tp: int, samples: SampleSet, default_context: float,
-                     napkin: NapkinAssumptions, prefill_per_stream: float = 0.0) -> PassFit:
+                     napkin: NapkinAssumptions) -> PassFit:
     """The physics fit of live samples; cached by their content, so it runs once per change of samples."""
     contexts = [c if c > 0 and math.isfinite(c) else default_context for c in samples.contexts]
-    return fit_pass(model, gpu, tp, samples.batches, samples.seconds, contexts, samples.weights, napkin,
-                    prefill_per_stream=prefill_per_stream)
+    return fit_pass(model, gpu, tp, samples.batches, samples.seconds, contexts, samples.weights, napkin)

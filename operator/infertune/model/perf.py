@@ -117,14 +117,6 @@ class LayoutPrediction:
         return self.tp
 
 
-def _bucketed_share(seconds: float) -> float:
-    """A prefill share rounded to 1/16 octave: the fit is cached by it, and the request shape's average
-    moves a little every cycle."""
-    if not (math.isfinite(seconds) and seconds > 0):
-        return 0.0
-    return float(2.0 ** (round(16 * math.log2(seconds)) / 16))
-
-
 def cost_per_million(gpus: float, price_per_gpu_hour: float, tokens_per_second: float) -> float:
     """Dollars per million tokens for a group of GPUs running flat out."""
     if tokens_per_second <= 0:
@@ -283,7 +275,7 @@ class PerformanceModel:
             if isinstance(given, LinearFit):
                 return fit_from_line(self.model, self.gpu, tp, given, self.decode_context_tokens, self.napkin)
             return fit_from_samples(self.model, self.gpu, tp, given, _bucketed(self.decode_context_tokens),
-                                    self.napkin, _bucketed_share(self.prefill_per_stream(tp)))
+                                    self.napkin)
         except FitError:
             return None
 
@@ -335,9 +327,6 @@ class PerformanceModel:
                 seconds = np.concatenate([head, terms[bands:] @ fit.coef_array])
                 low, high = seconds.copy(), seconds.copy()
                 low[:bands], high[:bands] = low_head, high_head
-            if fit.prefill_per_stream > 0:
-                prefill = batch * fit.prefill_per_stream
-                seconds, low, high = seconds + prefill, low + prefill, high + prefill
             covers = fit.covers_array(batch)
             line = self.fits.get(tp)
             if isinstance(line, LinearFit):
@@ -371,14 +360,6 @@ class PerformanceModel:
 
     def prefill_rate(self, tp: int) -> float:
         return prefill_tokens_per_second(self.model, self.gpu, tp, self.napkin)
-
-    def prefill_per_stream(self, tp: int) -> float:
-        """Seconds each engine step spends prefilling per decoding stream, in a steady state: each stream
-        brings its fresh prompt tokens once per `output_tokens` steps, and chunked prefill runs them in
-        the same steps (so at batch B a step carries B x fresh / output prompt tokens)."""
-        if self.workload.output_tokens <= 0:
-            return 0.0
-        return self.workload.fresh_tokens / self.workload.output_tokens / self.prefill_rate(tp)
 
     def ttft(self, tp: int, concurrency: float) -> float:
         """The B200 load test's TTFT: a request's fresh tokens prefill while sharing compute with the batch."""
