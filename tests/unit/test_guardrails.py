@@ -255,3 +255,25 @@ def test_two_shapes_within_a_replica_do_not_trade_places():
     d = decide(p, replace(seen, applied=far_needed, recent_recommendations=((NOW - 5000, far_needed.replicas),)),
                fresh(6.0), day, NOW)
     assert d.action is Action.RELAYOUT
+
+
+def test_a_tighter_shape_for_cost_waits_while_the_measured_working_set_reads_above_the_plan():
+    """The CheaperLayout of test_relayout_only_when_the_saving_beats_the_restart (TP8 c=16 to TP4 c=8: no
+    more KV room per stream), planned on requests of 84K prompt tokens and 1,056 answered: while each
+    running stream holds 100K tokens of KV, where TP4 c=8 would cross the KV line, it waits, and the
+    running shape follows the demand meanwhile; at 85K it goes. A move to more room (the unsafe TP8 c=48)
+    never waits."""
+    running = Layout(8, 16, 12)
+    p, _ = run(3.0, PlannerState(applied=running))
+    needed = p.sized(running)
+    assert needed is not None
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    lagging = replace(fresh(3.0), stream_context_tokens=100_000.0)
+    _, d = run(3.0, state, lagging)
+    assert d.reason != "CheaperLayout" and (d.target is None or d.target.same_shape(running))
+    assert any(c.reason == "WorkingSetAbovePlan" and not c.passed for c in d.checks)
+    assert "100,000 tokens" in d.message and "85,056" in d.message and "100% of the time" in d.message
+    _, d = run(3.0, state, replace(fresh(3.0), stream_context_tokens=85_000.0))
+    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
+    _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900), lagging)
+    assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"

@@ -82,3 +82,22 @@ def test_a_rollouts_cold_caches_are_not_read_as_traffic_that_stopped_reusing_its
         record(history, poll(float(t), 0.2))
     cold = history.settled(KEY, poll(8_385.0, 0.2), horizon=900.0)
     assert cold.mean_cached_tokens == 64_000  # not 16,000: 16K fresh tokens per request, not 64K
+
+
+def streams(t: float, tokens: float, running: float = 8.0) -> Observation:
+    return obs(t, 50_000, running=running, stream_context_tokens=tokens)
+
+
+def test_the_working_set_per_stream_is_weighted_by_the_streams_over_the_horizon():
+    """Eight streams at 80K weigh four times two streams at 20K; a poll with one stream running tells too
+    little to plan on, and windows older than the horizon fall out."""
+    history = PressureHistory()
+    record(history, streams(0, 10_000, running=1))
+    assert history.settled(KEY, streams(0, 10_000, running=1), horizon=30.0).stream_context_tokens is None
+    record(history, streams(100, 80_000, running=8))
+    record(history, streams(101, 20_000, running=2))
+    settled = history.settled(KEY, streams(101, 20_000, running=2), horizon=30.0)
+    assert settled.stream_context_tokens == pytest.approx(68_000)  # (8 x 80K + 2 x 20K) / 10
+    # Without completions in the horizon the request means stay the observation's, the working set is still read.
+    bare = Observation(*KEY, sample_time=101, available=True, running=2.0, stream_context_tokens=20_000)
+    assert history.settled(KEY, bare, horizon=30.0).stream_context_tokens == pytest.approx(68_000)

@@ -58,6 +58,8 @@ def test_first_poll_has_gauges_and_no_rates_then_rates_from_deltas(payload_serve
     assert sorted(obs.fit_samples) == [(4.0, pytest.approx(0.025), pytest.approx(8000)),
                                        (8.0, pytest.approx(0.025), pytest.approx(10_000))]
     assert [r.pod for r in obs.replicas] == ["pod-0", "pod-1"]
+    # The fleet's working set per running stream: all KV in use over all running streams, (32K + 80K) / 12.
+    assert obs.stream_context_tokens == pytest.approx(112_000 / 12)
     source.close()
 
 

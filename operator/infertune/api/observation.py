@@ -88,6 +88,10 @@ class Observation:
     mean_inter_token_seconds: float | None = None
     prefix_hit_rate: float | None = None
     kv_capacity_tokens: int | None = None  # per replica
+    # Mean tokens a running stream holds in the KV pool: the fleet's KV in use over its running streams.
+    # The working set measured, where the request means infer it from what finished (and lag a
+    # session workload whose contexts grow). None when a replica's KV figures are missing or none runs.
+    stream_context_tokens: float | None = None
     # (running batch, seconds per pass, tokens per running stream; 0 when the KV figures are missing)
     fit_samples: tuple[tuple[float, float, float], ...] = field(default=())
 

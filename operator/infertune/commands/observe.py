@@ -183,7 +183,8 @@ def _print(snap: Snapshot, observations: list[Observation], fits: dict[Any, Any]
         console.print(table)
         console.print(f"mean request: prompt {_f(obs.mean_prompt_tokens, ',.0f')}, cached "
                       f"{_f(obs.mean_cached_tokens, ',.0f')}, generated {_f(obs.mean_generated_tokens, ',.0f')} "
-                      f"tokens; completions {_f(obs.completion_rate, '.2f')}/s")
+                      f"tokens; completions {_f(obs.completion_rate, '.2f')}/s; KV per running stream "
+                      f"{_f(obs.stream_context_tokens, ',.0f')} tokens")
         fit, n = fits.get((obs.namespace, obs.deployment), (None, 0))
         if fit is None:
             console.print(f"fit: none yet ({n} clean windows; it needs 6 or more spanning several batch sizes)")

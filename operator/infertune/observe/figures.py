@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypedDict
 
 from infertune.api.observation import MetricsFault, Observation, ReplicaObservation
 from infertune.observe.dialects import REQUIRED_GAUGES, TTFT_QUANTILES
@@ -136,15 +137,27 @@ _RATE_KEYS = ("preemptions", "prompt_tokens", "generation_tokens", "prefix_queri
               "prompt_length_count", "generation_length_sum", "generation_length_count")
 
 
-def _rate_figures(rates: Mapping[str, float | None]) -> dict[str, float | None]:
+class RateFigures(TypedDict):
     """The figures that come from counter rates, the same for one replica and for a deployment."""
-    return {
-        "preemption_rate": rates["preemptions"], "arrival_rate": rates["ttft_count"],
-        "completion_rate": rates["completions"], "mean_prompt_tokens": _mean_prompt(rates),
-        "mean_cached_tokens": _cached(rates), "mean_generated_tokens": _mean_generated(rates),
-        "mean_inter_token_seconds": _ratio(rates["itl_sum"], rates["itl_count"]),
-        "prefix_hit_rate": _ratio(rates["prefix_hits"], rates["prefix_queries"]),
-    }
+
+    preemption_rate: float | None
+    arrival_rate: float | None
+    completion_rate: float | None
+    mean_prompt_tokens: float | None
+    mean_cached_tokens: float | None
+    mean_generated_tokens: float | None
+    mean_inter_token_seconds: float | None
+    prefix_hit_rate: float | None
+
+
+def _rate_figures(rates: Mapping[str, float | None]) -> RateFigures:
+    return RateFigures(
+        preemption_rate=rates["preemptions"], arrival_rate=rates["ttft_count"],
+        completion_rate=rates["completions"], mean_prompt_tokens=_mean_prompt(rates),
+        mean_cached_tokens=_cached(rates), mean_generated_tokens=_mean_generated(rates),
+        mean_inter_token_seconds=_ratio(rates["itl_sum"], rates["itl_count"]),
+        prefix_hit_rate=_ratio(rates["prefix_hits"], rates["prefix_queries"]),
+    )
 
 
 def replica_observation(fig: PodFigures) -> ReplicaObservation:
@@ -171,6 +184,20 @@ def stream_context(kv_usage: float | None, capacity_tokens: float | None, runnin
             and capacity_tokens > 0):
         return 0.0
     return kv_usage * capacity_tokens / running
+
+
+def fleet_stream_context(reps: Sequence[ReplicaObservation]) -> float | None:
+    """Mean tokens a running stream holds across the fleet: KV in use over running streams. None when
+    any replica lacks a figure (a partial sum would read one pod as the fleet) or fewer than one runs."""
+    tokens = running = 0.0
+    for rep in reps:
+        if rep.kv_usage is None or rep.kv_capacity_tokens is None or rep.running is None:
+            return None
+        if not (0 <= rep.kv_usage <= 1.5 and rep.kv_capacity_tokens > 0 and rep.running >= 0):
+            return None
+        tokens += rep.kv_usage * rep.kv_capacity_tokens
+        running += rep.running
+    return tokens / running if running >= 1 else None
 
 
 def fit_samples(figs: Sequence[PodFigures]) -> tuple[tuple[float, float, float], ...]:
@@ -306,6 +333,7 @@ def implausible_means(obs: Observation) -> str | None:
     for name, value, high in (("mean prompt tokens", obs.mean_prompt_tokens, TOKENS_MAX),
                               ("mean cached tokens", obs.mean_cached_tokens, TOKENS_MAX),
                               ("mean generated tokens", obs.mean_generated_tokens, TOKENS_MAX),
+                              ("tokens per running stream", obs.stream_context_tokens, TOKENS_MAX),
                               ("mean inter-token seconds", obs.mean_inter_token_seconds, ITL_MAX_SECONDS),
                               ("prefix-cache hit rate", obs.prefix_hit_rate, 1.01)):
         if value is not None and not 0.0 <= value <= high:
@@ -338,6 +366,7 @@ def _assemble(key: DeploymentKey, figs: Sequence[PodFigures], verdict: Judgement
         ttft_p99_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[2])),
         # Per replica; the smallest pool is where the cliff comes first.
         kv_capacity_tokens=min(capacities) if capacities else None,
+        stream_context_tokens=fleet_stream_context(reps),
         fit_samples=fit_samples(figs),
     )
 

@@ -8,6 +8,11 @@ The request shape (mean prompt, cached and generated tokens) of one short window
 sessions happened to finish in it: a few long ones and the planner's feasible set shrinks, a few
 short ones and it widens, and a re-layout chosen on that costs a model load each way. `settled`
 gives the planner the completion-weighted means over the whole horizon instead.
+
+It also gives the tokens a running stream holds (the fleet's KV in use over its running streams, over
+the same horizon, weighted by the streams): the working set measured. The finished requests' means lag
+it while a session workload warms up (first turns finish first), so a re-layout made for cost onto a
+tighter shape waits while it reads above them (planner/guardrails.py).
 """
 
 from __future__ import annotations
@@ -63,7 +68,19 @@ def shape_point(obs: Observation) -> ShapePoint | None:
     return ShapePoint(obs.sample_time, weight, prompt, generated, obs.mean_cached_tokens)
 
 
-_Timed = TypeVar("_Timed", PressurePoint, ShapePoint)
+@dataclass(frozen=True)
+class StreamContextPoint:
+    """The tokens a running stream held at one poll, weighted by the streams running."""
+
+    time: float
+    running: float
+    tokens: float
+
+
+# Fewer running streams than this over the horizon tell too little of the working set to plan on.
+MIN_STREAM_WEIGHT = 4.0
+
+_Timed = TypeVar("_Timed", PressurePoint, ShapePoint, StreamContextPoint)
 DEMAND_POINTS = 360
 
 
@@ -75,6 +92,7 @@ class PressureHistory:
         self.demand_horizon = demand_horizon_seconds
         self._points: dict[DeploymentKey, deque[PressurePoint]] = {}
         self._shapes: dict[DeploymentKey, deque[ShapePoint]] = {}
+        self._contexts: dict[DeploymentKey, deque[StreamContextPoint]] = {}
         # The demand each poll saw, for the burst quantile and the trend (model/forecast.py): bounded in
         # count (an hour and a half at 15 s polls) as well as in time.
         self._demand: dict[DeploymentKey, deque[DemandPoint]] = {}
@@ -92,6 +110,9 @@ class PressureHistory:
             shape = shape_point(obs)
             if shape is not None:
                 self._keep(self._shapes.setdefault(key, deque(maxlen=self.max_points)), shape)
+            if obs.stream_context_tokens is not None and obs.running:
+                self._keep(self._contexts.setdefault(key, deque(maxlen=self.max_points)),
+                           StreamContextPoint(obs.sample_time, obs.running, obs.stream_context_tokens))
             demand = obs.demand_rate
             if demand is not None:
                 self._add_demand(key, obs.sample_time, demand)
@@ -130,17 +151,22 @@ class PressureHistory:
     def forget(self, key: DeploymentKey) -> None:
         self._points.pop(key, None)
         self._shapes.pop(key, None)
+        self._contexts.pop(key, None)
         self._demand.pop(key, None)
 
     def settled(self, key: DeploymentKey, obs: Observation, horizon: float | None = None) -> Observation:
         """`obs` with its request shape averaged over the horizon (weighted by completions), or over
         the last `horizon` seconds when that is shorter: a resource whose model loads in 15 s must see
-        its contexts grow within a load, not 15 minutes later. As it is when nothing has been recorded."""
+        its contexts grow within a load, not 15 minutes later. As it is when nothing has been recorded,
+        but for the working set per running stream, which is the history's or None."""
+        if not obs.available:
+            return obs
+        obs = replace(obs, stream_context_tokens=self._stream_context(key, obs, horizon))
         recorded: Sequence[ShapePoint] = self._shapes.get(key) or ()
         shapes = recorded
         if horizon is not None and shapes:
             shapes = [p for p in shapes if p.time >= obs.sample_time - horizon]
-        if not obs.available or not shapes:
+        if not shapes:
             return obs
         total = sum(p.weight for p in shapes)
         cached = [p for p in shapes if p.cached is not None]
@@ -157,6 +183,16 @@ class PressureHistory:
             mean_cached_tokens=(sum(p.weight * (p.cached or 0.0) for p in cached) / cached_total
                                 if cached_total > 0 else obs.mean_cached_tokens),
         )
+
+    def _stream_context(self, key: DeploymentKey, obs: Observation, horizon: float | None) -> float | None:
+        """Tokens per running stream over the horizon, weighted by the streams; None when too few streams
+        ran to tell."""
+        recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
+        points = [p for p in recorded if horizon is None or p.time >= obs.sample_time - horizon]
+        weight = sum(p.running for p in points)
+        if weight < MIN_STREAM_WEIGHT:
+            return None
+        return sum(p.running * p.tokens for p in points) / weight
 
     def warning(self, key: DeploymentKey, now: float, preemption_rate: float | None,
                 policy: WarningPolicy | None = None) -> CliffWarning:

@@ -131,6 +131,15 @@ class CandidateTable:
     def __len__(self) -> int:
         return int(self.tp.size)
 
+    def kv_risk_at(self, i: int, scale: float, cv: float) -> float:
+        """Row `i`'s KV risk with every stream's working set `scale` times what the row was judged on:
+        the same busy-slot distribution at its sized load, the same line."""
+        grid, j = self._grid_of(i)
+        risk = kv_risk(np.array([float(self.kv_fraction[i]) * scale]), np.array([float(self.concurrency[i])]),
+                       np.array([float(self.sustainable_rate[i])]), np.array([float(grid.e2e_seconds[j])]), cv,
+                       self.headroom_line)
+        return float(risk[0])
+
     def _grid_of(self, i: int) -> tuple[LayoutGrid, int]:
         k = int(np.searchsorted(self.offsets, i, side="right")) - 1
         return self.grids[k], i - self.offsets[k]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model.early_warning import CLIFF_USAGE
+from infertune.planner.candidates import KV_RISK
 from infertune.planner.plan import Plan
 from infertune.planner.rollout import Demand, Rollout, giving_way, peak_gpus, reachable
 from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState
@@ -187,6 +188,33 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
     return _ok("relayout-cooldown")
 
 
+def check_working_set_measured(ctx: _Context) -> Check:
+    """A re-layout made for cost onto a shape with no more KV room per stream waits when, judged at the
+    working set the fleet measures (the KV a running stream holds) rather than the request shape, that
+    shape would cross the KV line more often than a new layout may. The request shape is the finished
+    requests' means, and those lag a session workload warming up (its first, short turns finish first):
+    a tighter shape chosen on them is outgrown within its first cooldown and rolled back, a model load
+    each way. A move to more room, a running shape the model or the engine finds unsafe, and a full pool
+    giving way do not wait."""
+    obs = ctx.observation
+    measured = None if obs is None else obs.stream_context_tokens
+    if (not _is_relayout(ctx) or ctx.applied_unsafe or measured is None or ctx.proposed is None
+            or (ctx.rollout is not None and ctx.rollout.max_unavailable > 0)):
+        return _ok("working-set-measured")
+    assert ctx.applied is not None
+    if _roomier(ctx.proposed, ctx.applied):
+        return _ok("working-set-measured")
+    risk = ctx.plan.kv_risk_measured(ctx.proposed, measured)
+    if risk is None or risk <= KV_RISK:
+        return _ok("working-set-measured")
+    planned = ctx.plan.workload.context_tokens
+    return _hold("working-set-measured", DecisionReason.WORKING_SET_ABOVE_PLAN,
+                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: a running "
+                 f"stream holds {measured:,.0f} tokens of KV where the finished requests say {planned:,.0f}, and at "
+                 f"that working set it would be past the KV line {risk:.0%} of the time (a new layout: at most "
+                 f"{KV_RISK:.0%})")
+
+
 def check_relayout_pays_back(ctx: _Context) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
     only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
@@ -280,6 +308,7 @@ CHECKS: tuple[Callable[[_Context], Check], ...] = (
     check_plan_feasible,
     check_relayout_settled,
     check_relayout_cooldown,
+    check_working_set_measured,
     check_relayout_pays_back,
     check_relayout_keeps_capacity,
     check_rollout_finished,
@@ -415,8 +444,8 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets
 # the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
 _RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_COOLDOWN,
-                   DecisionReason.RELAYOUT_NOT_WORTH_IT, DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
-                   DecisionReason.NO_FEASIBLE_LAYOUT)
+                   DecisionReason.WORKING_SET_ABOVE_PLAN, DecisionReason.RELAYOUT_NOT_WORTH_IT,
+                   DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY, DecisionReason.NO_FEASIBLE_LAYOUT)
 
 
 def decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,

@@ -83,6 +83,18 @@ class Plan:
         needed = low if not demand or rate <= 0 else max(low, math.ceil(demand / rate))
         return Layout(shape.tensor_parallel_size, shape.max_num_seqs, max(1, min(needed, high)))
 
+    def kv_risk_measured(self, shape: Layout, stream_tokens: float) -> float | None:
+        """`shape`'s KV risk at its sized load with each running stream holding `stream_tokens` of KV (as
+        the fleet measured it) instead of the request shape's context; the resident prefixes returning
+        sessions keep cached stay the plan's. None for a shape the plan did not consider."""
+        row = self._row(shape)
+        workload = self.workload
+        planned = workload.context_tokens + workload.resident_prefix_tokens
+        if row is None or planned <= 0:
+            return None
+        scale = (stream_tokens + workload.resident_prefix_tokens) / planned
+        return self.table.kv_risk_at(row, scale, workload.context_cv)
+
     def replica_rps(self, shape: Layout) -> float | None:
         """The request rate one replica of `shape` carries (what `sized` divides the demand by); None
         for a shape the plan did not consider."""

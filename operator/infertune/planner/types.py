@@ -108,6 +108,7 @@ class DecisionReason(StrEnum):
     SCALE_UP_COOLDOWN = "ScaleUpCooldown"
     UP_TO_DATE = "UpToDate"
     WITHIN_HYSTERESIS = "WithinHysteresis"
+    WORKING_SET_ABOVE_PLAN = "WorkingSetAbovePlan"
 
 
 class Action(StrEnum):
