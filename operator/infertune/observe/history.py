@@ -12,7 +12,7 @@ gives the planner the completion-weighted means over the whole horizon instead.
 It also gives the tokens a running stream holds (the fleet's KV in use over its running streams, over
 the same horizon, weighted by the streams): the working set measured. The finished requests' means lag
 it while a session workload warms up (first turns finish first), so a re-layout made for cost onto a
-tighter shape waits while it reads above them (planner/guardrails.py).
+tighter shape is also judged at it (planner/guardrails.py, `WorkingSetAbovePlan`).
 """
 
 from __future__ import annotations
