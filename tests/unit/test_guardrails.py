@@ -261,8 +261,8 @@ def test_a_tighter_shape_for_cost_waits_while_the_measured_working_set_reads_abo
     """The CheaperLayout of test_relayout_only_when_the_saving_beats_the_restart (TP8 c=16 to TP4 c=8: no
     more KV room per stream), planned on requests of 84K prompt tokens and 1,056 answered: while each
     running stream holds 100K tokens of KV, where TP4 c=8 would cross the KV line, it waits, and the
-    running shape follows the demand meanwhile; at 85K it goes. A move to more room (the unsafe TP8 c=48)
-    never waits."""
+    running shape follows the demand meanwhile; at 85K it goes. A running shape the model finds unsafe
+    (TP8 c=48) leaves whatever the measurement says."""
     running = Layout(8, 16, 12)
     p, _ = run(3.0, PlannerState(applied=running))
     needed = p.sized(running)

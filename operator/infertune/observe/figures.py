@@ -175,15 +175,24 @@ def replica_observation(fig: PodFigures) -> ReplicaObservation:
     )
 
 
+def _kv_tokens_in_use(kv_usage: float | None, capacity_tokens: float | None) -> float | None:
+    """Tokens a pod's KV pool holds: its use times its capacity; None when either is missing or outside
+    its range."""
+    if kv_usage is None or capacity_tokens is None:
+        return None
+    if not (math.isfinite(kv_usage) and 0 <= kv_usage <= 1.5 and math.isfinite(capacity_tokens)
+            and capacity_tokens > 0):
+        return None
+    return kv_usage * capacity_tokens
+
+
 def stream_context(kv_usage: float | None, capacity_tokens: float | None, running: float | None) -> float:
     """Mean tokens each running stream holds in the KV pool: the pool's use over the streams; 0 when
     any figure is missing (the fit then takes the workload's context)."""
-    if kv_usage is None or capacity_tokens is None or running is None or running < 1:
+    tokens = _kv_tokens_in_use(kv_usage, capacity_tokens)
+    if tokens is None or running is None or running < 1:
         return 0.0
-    if not (math.isfinite(kv_usage) and 0 <= kv_usage <= 1.5 and math.isfinite(capacity_tokens)
-            and capacity_tokens > 0):
-        return 0.0
-    return kv_usage * capacity_tokens / running
+    return tokens / running
 
 
 def fleet_stream_context(reps: Sequence[ReplicaObservation]) -> float | None:
@@ -191,11 +200,10 @@ def fleet_stream_context(reps: Sequence[ReplicaObservation]) -> float | None:
     any replica lacks a figure (a partial sum would read one pod as the fleet) or fewer than one runs."""
     tokens = running = 0.0
     for rep in reps:
-        if rep.kv_usage is None or rep.kv_capacity_tokens is None or rep.running is None:
+        held = _kv_tokens_in_use(rep.kv_usage, rep.kv_capacity_tokens)
+        if held is None or rep.running is None or not rep.running >= 0:
             return None
-        if not (0 <= rep.kv_usage <= 1.5 and rep.kv_capacity_tokens > 0 and rep.running >= 0):
-            return None
-        tokens += rep.kv_usage * rep.kv_capacity_tokens
+        tokens += held
         running += rep.running
     return tokens / running if running >= 1 else None
 
