@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infertune.api.observation import Observation
+from infertune.api.observation import Observation, ReplicaObservation
 from infertune.model import load_gpu, load_model, workload_preset
 from infertune.planner import (
     Action,
@@ -141,11 +141,53 @@ def test_a_preempting_shape_in_a_full_pool_gives_way_within_it():
     assert d.rollout.max_unavailable >= 1 and d.rollout.peak_gpus <= 32 and 0 < d.rollout.serving_share < 1
     assert d.target is not None and d.target.same_shape(tp8) and d.target.gpus <= 32
     assert "giving up" in d.message
-    # TP8 x3 can roll in without giving a pod up (24 GPUs once rolled, 28 at its fullest).
+    # With room in the pool, TP8 x3 rolls in without giving a pod up (24 GPUs once rolled, 28 at its fullest).
     tp8_3 = Layout(8, 8, 3)
-    d = decide(replace(p, layout=tp8_3, ranked=(tp8_3,)), PlannerState(applied=running), preempting, RAILS, NOW)
-    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.peak_gpus <= 32
+    roomy = replace(p, layout=tp8_3, ranked=(tp8_3,), sizing=replace(p.sizing, pool_gpus=40))
+    d = decide(roomy, PlannerState(applied=running), preempting, RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.peak_gpus <= 40
     assert d.rollout.max_unavailable == 0
+
+
+def _pods(count: int, preempting: int, completing: float) -> tuple[ReplicaObservation, ...]:
+    """`count` pods of which the first `preempting` preempt, each completing `completing` requests/s."""
+    return tuple(ReplicaObservation(f"p{i}", kv_usage=0.99 if i < preempting else 0.7,
+                                    preemption_rate=0.5 if i < preempting else 0.0, completion_rate=completing)
+                 for i in range(count))
+
+
+def test_one_pod_past_the_cliff_is_not_a_full_pool_that_serves_nothing():
+    # Eight TP4 pods fill the pool; the demand is what they carry. One pod holds the longest sessions and
+    # preempts: staying still has the other seven flat out and what the eighth completes, which queues
+    # less than shedding pods for TP8 x4 (half the slots) for a model load a wave. Before, the fleet's
+    # fullest pod stood for the fleet, staying counted as nothing, and the whole pool gave way.
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    running, tp8 = Layout(4, 13, 8), Layout(8, 8, 4)
+    only_tp8 = replace(p, layout=tp8, ranked=(tp8,))
+    per_pod = p.replica_peak_rps(running)
+    demand = 8 * per_pod
+    one_past = replace(fresh(demand), preemption_rate=0.5, kv_usage=0.99,
+                       replicas=_pods(8, preempting=1, completing=0.8 * per_pod))
+    d = decide(only_tp8, PlannerState(applied=running), one_past, RAILS, NOW)
+    assert d.action is not Action.RELAYOUT
+    # Every pod preempting and completing next to nothing: staying carries nothing to count on, and it goes.
+    all_past = replace(one_past, replicas=_pods(8, preempting=8, completing=0.0))
+    d = decide(only_tp8, PlannerState(applied=running), all_past, RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable >= 1
+    assert d.rollout.peak_gpus <= 32
+
+
+def test_a_preempting_full_pool_does_not_shed_pods_without_weighing_staying():
+    # The rollout that keeps nothing but the new count (TP8 x3: five of eight serving pods go at once)
+    # used to go whenever the engine preempted. On a full pool it is weighed against staying like every
+    # rollout that costs serving pods: with one pod of eight past the cliff, staying queues less.
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    running, tp8_3 = Layout(4, 13, 8), Layout(8, 8, 3)
+    per_pod = p.replica_peak_rps(running)
+    one_past = replace(fresh(8 * per_pod), preemption_rate=0.5, kv_usage=0.99,
+                       replicas=_pods(8, preempting=1, completing=0.8 * per_pod))
+    d = decide(replace(p, layout=tp8_3, ranked=(tp8_3,)), PlannerState(applied=running), one_past, RAILS, NOW)
+    assert d.action is not Action.RELAYOUT
 
 
 def test_giving_way_waits_for_the_relayout_cooldown_even_past_the_cliff():
@@ -159,7 +201,8 @@ def test_giving_way_waits_for_the_relayout_cooldown_even_past_the_cliff():
     d = decide(replace(p, layout=tp8, ranked=(tp8,)), just_rolled, preempting, RAILS, NOW)
     assert d.action is not Action.RELAYOUT and "RelayoutCooldown" in d.reason + d.message
     tp8_3 = Layout(8, 8, 3)
-    d = decide(replace(p, layout=tp8_3, ranked=(tp8_3,)), just_rolled, preempting, RAILS, NOW)
+    roomy = replace(p, layout=tp8_3, ranked=(tp8_3,), sizing=replace(p.sizing, pool_gpus=40))
+    d = decide(roomy, just_rolled, preempting, RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable == 0
     # Past one cooldown it still waits (two, so re-layouts stay at most two per two cooldowns); past two it goes.
     for waited, goes in ((RAILS.relayout_cooldown_s + 60, False), (2 * RAILS.relayout_cooldown_s + 60, True)):
@@ -201,9 +244,11 @@ def test_a_full_pool_that_misses_the_slo_gives_way_to_the_plans_shape():
     d = decide(wants_wider, PlannerState(applied=running), overloaded, RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable >= 1
     assert d.rollout.peak_gpus <= 32
-    # One pod at a time: a deeper dip builds a backlog that the finished shape's surplus (a third more
-    # than the running one carries) takes far longer to clear than the dip lasts.
-    assert d.rollout.max_unavailable == 1 and d.rollout.serving_share >= 7 / 8 * carried / (1.2 * carried)
+    # Over within the re-layout horizon (one pod at a time would take eight loads, 80 minutes), and
+    # never the deepest dip (shedding seven pods for one load): that backlog takes the finished shape's
+    # surplus (a third more than the running one carries) far longer to clear than the dip lasts.
+    assert d.rollout.duration_s <= RAILS.relayout_horizon_s and d.rollout.waves > 1
+    assert d.rollout.serving_share >= 0.5
     # A miss the running pods have the capacity for (a slow request) is no reason to give a serving pod
     # up; nor is the demand alone, while the SLO holds.
     for observed in (replace(fresh(0.8 * carried), ttft_p95_seconds=9.0), fresh(1.2 * carried)):
@@ -233,6 +278,19 @@ def test_giving_way_judges_the_dip_by_the_backlog_it_leaves():
     assert rollout is not None and rollout.max_unavailable >= 1 and rollout.serving_share > 0
 
 
+def test_giving_way_ends_within_the_horizon_its_demand_figures_vouch_for():
+    # Nine TP4 pods fill a 36-GPU pool, overloaded by a step: a concurrency one higher carries 4% more a
+    # pod, but one pod per 900 s load takes 135 minutes. Judged to an hour past that rollout's end, the
+    # 4% outweighed the dip, as if the step were sure to last three hours; no rollout within the hour
+    # pays for its dip, so the pool stays.
+    running, proposed = Layout(4, 6, 9), Layout(4, 7, 9)
+    demand = Demand(2.87, waiting=6.0)
+    assert giving_way(running, proposed, 36, 900.0, 0.295, 0.306, demand, staying_rps=2.43, horizon_s=3600.0) is None
+    # A shape that carries twice as much a pod still goes, by a rollout that ends within the hour.
+    rollout = giving_way(running, proposed, 36, 900.0, 0.295, 0.6, demand, staying_rps=2.43, horizon_s=3600.0)
+    assert rollout is not None and rollout.duration_s <= 3600.0
+
+
 def test_giving_way_never_trades_a_full_pool_for_a_shape_that_carries_less():
     # TP8 x4 carries less than the TP4 x8 that runs: however overloaded, giving pods up for it adds the
     # dip to a shortfall the finished shape keeps for good.
@@ -258,6 +316,7 @@ def test_giving_way_never_asks_past_the_pool_nor_leaves_nothing_serving(old_tp, 
     if rollout is None:
         return
     assert rollout.peak_gpus <= pool and rollout.max_unavailable >= 1 and rollout.serving_share > 0
+    assert rollout.duration_s <= 3600.0
     assert rollout.target.same_shape(proposed) and rollout.target.replicas >= 1
     # The Deployment controller's own arithmetic, pod by pod: the rollout completes within the pool.
     old, ready, new = running.replicas, 0, 0

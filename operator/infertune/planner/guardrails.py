@@ -336,6 +336,21 @@ def _past_cliff(obs: Observation | None) -> bool:
     return (obs.preemption_rate or 0.0) > 0 or (obs.kv_usage is not None and obs.kv_usage >= CLIFF_USAGE)
 
 
+def _staying_past_cliff(applied: Layout, obs: Observation, running_rps: float) -> float:
+    """Requests/s the running pods carry while the engine reports some of them past the cliff: a pod
+    preempting, or at the cliff's KV use, what it completes now (measured: its throughput is what the
+    recompute leaves), every other pod what it carries flat out. The fleet's figures are the fullest
+    pod's, and one pod holding the longest sessions is not a fleet that serves nothing. Without per-pod
+    figures nothing is counted on; past the running count, the pods past the cliff are counted first."""
+    past = [rep for rep in obs.replicas
+            if (rep.preemption_rate or 0.0) > 0 or (rep.kv_usage is not None and rep.kv_usage >= CLIFF_USAGE)]
+    past = past[:applied.replicas]
+    below = min(len(obs.replicas) - len(past), applied.replicas - len(past))
+    completing = [min(max(rep.completion_rate, 0.0), running_rps) for rep in past
+                  if rep.completion_rate is not None and math.isfinite(rep.completion_rate)]
+    return below * running_rps + sum(completing)
+
+
 def _too_slow(plan: Plan, obs: Observation | None) -> bool:
     floor = plan.table.min_stream_tps
     tps = obs.stream_tps if obs is not None and obs.available else None
@@ -459,9 +474,11 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
         rollout = reachable(plan, applied, running_safe=not unsafe, keep=kept,
                             load_seconds=guardrails.model_load_seconds,
                             keep_at_least=_kept_at_least(plan, applied, kept, observation))
-        if rollout is None and unsafe and _past_cliff(observation):
+        if rollout is None and unsafe and _past_cliff(observation) and not _fills_pool(plan, applied):
             # The engine preempts: the shape goes even if the pods it keeps meanwhile serve less than the
-            # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good).
+            # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good). On a
+            # full pool that sheds pods for every wave's load, so it is weighed against staying instead
+            # (giving way, below): pods past the cliff still complete what they measurably complete.
             rollout = reachable(plan, applied, running_safe=False, keep=0, load_seconds=guardrails.model_load_seconds)
         if rollout is None:
             rollout = _giving_way(plan, applied, observation, guardrails)
@@ -513,16 +530,17 @@ def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, ra
     running_rps, chosen_rps = plan.replica_peak_rps(applied), plan.replica_peak_rps(chosen)
     if running_rps is None or chosen_rps is None:
         return None
-    # What staying carries: the engine past the cliff serves nothing it can trust (its throughput
-    # collapses); an outgrown shape, what all its pods carry flat out, against a demand that held for
-    # the last few minutes (a burst's reading, or a few polls, are no reason to give pods up).
+    # What staying carries: past the cliff, the pods there what they complete now (their throughput
+    # collapses), the others what they carry flat out; an outgrown shape, what all its pods carry flat
+    # out, against a demand that held for the last few minutes (a burst's reading, or a few polls, are no
+    # reason to give pods up).
+    assert observation is not None  # `arriving` came from it
     if _past_cliff(observation):
-        staying = 0.0
+        staying = _staying_past_cliff(applied, observation, running_rps)
     elif _slo_missed(plan, observation) and plan.sizing.level_rps is not None:
         staying, arriving = applied.replicas * running_rps, min(arriving, plan.sizing.level_rps)
     else:
         return None
-    assert observation is not None  # `arriving` came from it
     demand = Demand(arriving, max(observation.waiting or 0.0, 0.0))
     return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, demand, staying,
                       rails.relayout_horizon_s)

@@ -20,17 +20,18 @@ pods beside them, and replaces old pods one for one as new ones pass readiness, 
 - **The bill.** The rollout's waves, its duration and the GPU-time it pays beyond the new shape's own
   (old pods still serving, new ones loading) go into the decision: a re-layout must save more than that
   over the horizon, and `infertune explain` shows it.
-- **Giving way.** A Deployment replaces pods one for one by count, so on a full pool a move to larger
-  pods (TP4 x8 to TP8 x4 on 32 GPUs) has no maxUnavailable-0 rollout at all: the last new pod needs the
-  GPUs of an old pod that waits for it. When the running shape can neither scale nor be left and the
-  SLO is being missed, `giving_way` renders maxUnavailable > 0: old pods go before their replacements
-  are ready. Each strategy the pool holds is judged by a fluid queue (`queued_request_seconds`): the
-  requests waiting now and those arriving, served at what the pods up in each wave carry flat out, then
-  by the finished shape to the horizon's end. A dip below the demand leaves a backlog that outlives it
-  (the capacity after must clear it, and everything arriving meanwhile waits behind it), so a deep dip
-  on a long model load costs far more than its own length; a shortfall by a hair costs little. The
-  strategy with the least queueing goes, and only when that is less than staying leaves (an outgrown
-  shape's backlog grows for the whole horizon; past the cliff it serves nothing to count on).
+- **Giving way.** A Deployment replaces pods one for one by count, so on a full pool a move to larger pods
+  (TP4 x8 to TP8 x4 on 32 GPUs) has no maxUnavailable-0 rollout at all: the last new pod needs the GPUs of
+  an old pod that waits for it. When the running shape can neither scale nor be left and the SLO is being
+  missed, `giving_way` renders maxUnavailable > 0: old pods go before their replacements are ready. Each
+  strategy the pool holds and that ends within the horizon is judged by a fluid queue
+  (`queued_request_seconds`): the requests waiting now and those arriving, served at what the pods up in
+  each wave carry flat out, then by the finished shape to the horizon's end. A dip below the demand leaves
+  a backlog that outlives it (the capacity after must clear it, and everything arriving meanwhile waits
+  behind it), so a deep dip on a long model load costs far more than its own length; a shortfall by a hair
+  costs little. The strategy with the least queueing goes, and only when that is less than staying leaves
+  (an outgrown shape's backlog grows for the whole horizon; past the cliff its pods count at what they
+  complete).
 """
 
 from __future__ import annotations
@@ -196,9 +197,9 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
                proposed_rps: float, demand: Demand, staying_rps: float, horizon_s: float) -> Rollout | None:
     """The rollout to `proposed` that gives old pods up before their replacements serve (maxUnavailable
     > 0), for a running shape the full pool can leave no other way. Of the counts, maxUnavailable and
-    maxSurge whose rollout the pool holds without a Pending pod, and that never leaves no pod serving:
-    the one whose fluid queue (`queued_request_seconds`, each replica carrying `running_rps` or
-    `proposed_rps` flat out, then the proposed count to the horizon's end; a count below the proposed
+    maxSurge whose rollout the pool holds without a Pending pod, never leaves no pod serving, and ends
+    within `horizon_s`: the one whose fluid queue (`queued_request_seconds`, each replica carrying
+    `running_rps` or `proposed_rps` flat out, then the proposed count to the horizon's end; a count below the proposed
     one adds the load of the scale-up after it) waits least against staying (the running pods carrying
     `staying_rps` throughout), over `horizon_s` past the rollout's end; then the fewest loads, then the
     least GPU-time. None when the pool holds none, when nothing arrives, or when staying queues no more
@@ -219,6 +220,10 @@ def giving_way(running: Layout, proposed: Layout, pool_gpus: int, load_seconds: 
                     continue
                 # A count below the proposed one is followed by the scale-up to it: one more load.
                 after = [(0, count, proposed.replicas - count)] if count < proposed.replicas else []
+                if len(steps + after) * load_seconds > horizon_s:
+                    # Its end lies past what the demand's figures vouch for (a step ends, a burst passes):
+                    # the dip is paid now for a shape that may be needed no more by the time it serves.
+                    continue
                 carried = [old * running_rps + ready * proposed_rps for old, ready, _ in steps + after]
                 if min(carried) <= 0:
                     continue  # nothing serving for a whole model load: an outage, never a rollout
