@@ -66,3 +66,16 @@ def test_never_less_than_the_demand_now_and_always_finite(current: float, rates:
                                                           horizon: float) -> None:
     look = outlook(current, minutes(rates), None, NOW, horizon)
     assert look.sized >= current and math.isfinite(look.sized)
+
+
+def test_a_queue_raises_the_demands_level_but_not_the_arrivals():
+    # 26 req/s arriving for 40 minutes, the last 20 with 500 requests waiting: the demand counts the
+    # queue (its drain over a minute), the arrivals do not. A decision that sheds serving pods judges a
+    # burst's reading against the arrivals' level; the demand's would let any burst pass for the hour.
+    arrivals = minutes([26.0] * 40)
+    demand = minutes([26.0] * 20 + [26.0 + 500.0 / 60.0] * 20)
+    seen = outlook(34.0, demand, None, NOW, LOAD, arrivals)
+    assert seen.level is not None and seen.level > 33.0
+    assert seen.arrival_level is not None and math.isclose(seen.arrival_level, 26.0)
+    # No arrival history (a restart seeds only the demand's): no level to judge a burst on.
+    assert outlook(34.0, demand, None, NOW, LOAD).arrival_level is None

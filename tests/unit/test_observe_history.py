@@ -101,3 +101,15 @@ def test_the_working_set_per_stream_is_weighted_by_the_streams_over_the_horizon(
     # Without completions in the horizon the request means stay the observation's, the working set is still read.
     bare = Observation(*KEY, sample_time=101, available=True, running=2.0, stream_context_tokens=20_000)
     assert history.settled(KEY, bare, horizon=30.0).stream_context_tokens == pytest.approx(68_000)
+
+
+def test_the_arrivals_are_kept_apart_from_a_demand_that_counts_the_queue():
+    history = PressureHistory()
+    for i, waiting in enumerate((0.0, 120.0, 600.0)):
+        obs = Observation("ns", "kimi", sample_time=1_000.0 + 15 * i, available=True, arrival_rate=20.0,
+                          waiting=waiting)
+        history.record(Snapshot(obs.sample_time, {KEY: obs}))
+    assert [p.rate for p in history.demand_points(KEY)] == [20.0, 22.0, 30.0]
+    assert [p.rate for p in history.arrival_points(KEY)] == [20.0, 20.0, 20.0]
+    history.forget(KEY)
+    assert history.arrival_points(KEY) == ()

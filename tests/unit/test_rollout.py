@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from infertune.api.observation import Observation, ReplicaObservation
 from infertune.model import load_gpu, load_model, workload_preset
+from infertune.model.forecast import DemandPoint, outlook
 from infertune.planner import (
     Action,
     Guardrails,
@@ -260,6 +261,34 @@ def test_a_full_pool_that_misses_the_slo_gives_way_to_the_plans_shape():
     # Nor a few polls: without minutes of history there is no level to judge a miss on.
     d = decide(_at_level(wants_wider, None), PlannerState(applied=running), overloaded, RAILS, NOW)
     assert d.action is not Action.RELAYOUT
+
+
+def test_a_burst_with_a_queue_is_judged_against_what_arrives_not_the_queue():
+    # The running pods fill the pool and carry 10% more than arrives on average; a burst reads 20% over
+    # what they carry, with a queue. The demand's level counts that queue as demand and sits above the
+    # burst's reading; judged against it, staying would queue for the hour and the pool would give pods
+    # up. Judged against the arrivals' level, the burst passes and the pool stays.
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    running, wider = Layout(4, 4, 8), Layout(4, 16, 8)
+    carried = 8 * p.replica_peak_rps(running)
+    mean, burst, waiting = carried / 1.1, 1.2 * carried, 500.0
+    minutes = [NOW - 60.0 * (40 - i) for i in range(40)]
+    arrivals = [DemandPoint(t, mean) for t in minutes]
+    demand = [DemandPoint(t, mean + (waiting / 60.0 if i >= 20 else 0.0)) for i, t in enumerate(minutes)]
+    look = outlook(burst + waiting / 60.0, demand, None, NOW, RAILS.model_load_seconds, arrivals)
+    assert look.level is not None and look.level > burst
+    in_burst = replace(fresh(burst), ttft_p95_seconds=9.0, waiting=waiting)
+    wants_wider = plan(request(2.0, pool=32), in_burst, NOW, look)
+    wants_wider = replace(wants_wider, layout=wider, ranked=(wider,))
+    assert wants_wider.sizing.level_rps is not None and abs(wants_wider.sizing.level_rps - mean) < 1e-6
+    d = decide(wants_wider, PlannerState(applied=running), in_burst, RAILS, NOW)
+    assert d.action is not Action.RELAYOUT
+    # Arrivals that have held above what the pods carry still give way, queue or none.
+    held = [DemandPoint(t, burst) for t in minutes]
+    look = outlook(burst + waiting / 60.0, demand, None, NOW, RAILS.model_load_seconds, held)
+    outgrown = replace(plan(request(2.0, pool=32), in_burst, NOW, look), layout=wider, ranked=(wider,))
+    d = decide(outgrown, PlannerState(applied=running), in_burst, RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable >= 1
 
 
 def test_giving_way_judges_the_dip_by_the_backlog_it_leaves():

@@ -49,6 +49,7 @@ class CycleInput:
     demand_points: tuple[DemandPoint, ...] = ()  # the demand each recent poll saw (the hub's)
     profile: SeasonalProfile | None = None  # the demand learnt by hour and day
     profile_status: Mapping[str, Any] | None = None  # written to status when given (not every cycle)
+    arrival_points: tuple[DemandPoint, ...] = ()  # the arrival rate alone each recent poll saw (the hub's)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
                     rollout_unavailable=0 if workload is None else workload.max_unavailable)
     current = None if inp.observation is None else inp.observation.demand_rate
     look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
-                                                request.guardrails.model_load_seconds)
+                                                request.guardrails.model_load_seconds, inp.arrival_points)
     the_plan = plan(request, inp.observation, inp.now, look)
     decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)
     mode = _mode_action(inp, decision)

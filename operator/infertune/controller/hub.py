@@ -99,6 +99,9 @@ class MetricsHub:
     def demand_points(self, key: Key) -> tuple[DemandPoint, ...]:
         return self.history.demand_points(key)
 
+    def arrival_points(self, key: Key) -> tuple[DemandPoint, ...]:
+        return self.history.arrival_points(key)
+
     def seed_demand(self, key: Key, recent: list[DemandPoint], season: list[DemandPoint]) -> None:
         """What a source remembered of a resource's demand before this process polled it: the recent
         points join the history (bursts, trend), the days of it wait for the reconciler's profile."""

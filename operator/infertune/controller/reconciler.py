@@ -104,6 +104,7 @@ class Metrics(Protocol):
     def take_fit_samples(self, key: Key, since: float) -> list[FitSample]: ...
 
     def demand_points(self, key: Key) -> tuple[DemandPoint, ...]: ...
+    def arrival_points(self, key: Key) -> tuple[DemandPoint, ...]: ...
 
     def take_season(self, key: Key) -> list[DemandPoint]: ...
 
@@ -389,7 +390,7 @@ class Reconciler:
         outcome = run_cycle(CycleInput(resource.namespace, resource.name, resource.generation, resource.paused,
                                        resolved, status, obs, memory.fits(), now, warning, workload,
                                        memory.to_status(), self.metrics.demand_points(key), profile,
-                                       profile_status))
+                                       profile_status, self.metrics.arrival_points(key)))
         if outcome.apply is not None:
             try:
                 self.cluster.apply(desired_objects(resource.owner, resolved.spec, outcome.apply, gpus_per_node,

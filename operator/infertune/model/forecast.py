@@ -139,6 +139,9 @@ class DemandOutlook:
     seasonal: float | None = None
     horizon_s: float = 0.0
     level: float | None = None  # the last five bins' mean, once MIN_BURST_BINS exist: no burst on top
+    # The same of the arrival rate alone: a queue counts as demand (its drain rate), so while one lasts
+    # the demand's level sits above what arrives, and a burst's reading below it.
+    arrival_level: float | None = None
 
     @property
     def sized(self) -> float:
@@ -152,11 +155,11 @@ class DemandOutlook:
 
 
 def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProfile | None, now: float,
-            horizon_s: float) -> DemandOutlook:
-    """The four figures for a resource whose capacity takes `horizon_s` to arrive."""
+            horizon_s: float, arrivals: Sequence[DemandPoint] = ()) -> DemandOutlook:
+    """The four figures for a resource whose capacity takes `horizon_s` to arrive, and the levels of
+    the demand and of the arrivals alone (`arrivals`), once enough bins of each exist."""
     width = bin_seconds(horizon_s)
-    bins = [b for b in binned(points, width)
-            if now - b.time <= max(BURST_WINDOW_BINS * width, 2.0 * horizon_s)]
+    bins = _recent_bins(points, now, horizon_s, width)
     burst = None
     if len(bins) >= MIN_BURST_BINS:
         burst = float(np.quantile([b.rate for b in bins], BURST_QUANTILE))
@@ -168,7 +171,14 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
         if here is not None and there is not None and here > 0 and there > here:
             seasonal = level * min(there / here, MAX_GROWTH)
     known_level = level if len(bins) >= MIN_BURST_BINS else None
-    return DemandOutlook(current, burst, trend, seasonal, horizon_s, known_level)
+    arrived = _recent_bins(arrivals, now, horizon_s, width)
+    arrival_level = _level(arrived, 0.0) if len(arrived) >= MIN_BURST_BINS else None
+    return DemandOutlook(current, burst, trend, seasonal, horizon_s, known_level, arrival_level)
+
+
+def _recent_bins(points: Sequence[DemandPoint], now: float, horizon_s: float, width: float) -> list[DemandPoint]:
+    """The bins the burst quantile and the level look at: the last BURST_WINDOW_BINS, or two loads."""
+    return [b for b in binned(points, width) if now - b.time <= max(BURST_WINDOW_BINS * width, 2.0 * horizon_s)]
 
 
 def rising(points: Sequence[DemandPoint], now: float, horizon_s: float) -> float | None:

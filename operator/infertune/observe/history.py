@@ -96,6 +96,9 @@ class PressureHistory:
         # The demand each poll saw, for the burst quantile and the trend (model/forecast.py): bounded in
         # count (an hour and a half at 15 s polls) as well as in time.
         self._demand: dict[DeploymentKey, deque[DemandPoint]] = {}
+        # The arrival rate alone (no queue counted as demand), over the same polls: the level a burst's
+        # reading is judged against while a queue inflates the demand's.
+        self._arrivals: dict[DeploymentKey, deque[DemandPoint]] = {}
 
     def record(self, snapshot: Snapshot, resident_tokens: float = 0.0) -> None:
         """Adds every available observation; faulted ones add nothing (missing is not zero)."""
@@ -115,7 +118,8 @@ class PressureHistory:
                            StreamContextPoint(obs.sample_time, obs.running, obs.stream_context_tokens))
             demand = obs.demand_rate
             if demand is not None:
-                self._add_demand(key, obs.sample_time, demand)
+                self._add_demand(self._demand, key, obs.sample_time, demand)
+                self._add_demand(self._arrivals, key, obs.sample_time, max(obs.arrival_rate or 0.0, 0.0))
 
     def _keep(self, recent: deque[_Timed], item: _Timed) -> None:
         """Appends `item` and drops what is older than the horizon before it."""
@@ -123,8 +127,9 @@ class PressureHistory:
         while recent and recent[0].time < item.time - self.horizon:
             recent.popleft()
 
-    def _add_demand(self, key: DeploymentKey, time: float, rate: float) -> None:
-        points = self._demand.setdefault(key, deque(maxlen=DEMAND_POINTS))
+    def _add_demand(self, kept: dict[DeploymentKey, deque[DemandPoint]], key: DeploymentKey, time: float,
+                    rate: float) -> None:
+        points = kept.setdefault(key, deque(maxlen=DEMAND_POINTS))
         points.append(DemandPoint(time, rate))
         while points and points[0].time < time - self.demand_horizon:
             points.popleft()
@@ -145,6 +150,10 @@ class PressureHistory:
         """The demand each recent poll saw, oldest first."""
         return tuple(self._demand.get(key, ()))
 
+    def arrival_points(self, key: DeploymentKey) -> tuple[DemandPoint, ...]:
+        """The arrival rate each recent poll saw (no queue counted), oldest first."""
+        return tuple(self._arrivals.get(key, ()))
+
     def points(self, key: DeploymentKey) -> tuple[PressurePoint, ...]:
         return tuple(self._points.get(key, ()))
 
@@ -153,6 +162,7 @@ class PressureHistory:
         self._shapes.pop(key, None)
         self._contexts.pop(key, None)
         self._demand.pop(key, None)
+        self._arrivals.pop(key, None)
 
     def settled(self, key: DeploymentKey, obs: Observation, horizon: float | None = None) -> Observation:
         """`obs` with its request shape averaged over the horizon (weighted by completions), or over

@@ -517,12 +517,12 @@ def _fills_pool(plan: Plan, applied: Layout) -> bool:
 
 
 def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, rails: Guardrails) -> Rollout | None:
-    """The plan's own shape by a rollout that gives old pods up before their replacements serve, for a
-    running shape that fills the pool and cannot stay: the engine reports it past the cliff, or it
-    misses the SLO, and staying queues more of the requests arriving (at the lower of the rate now and
-    the demand level of the last few minutes) and waiting now than the rollout's dip does, over the
-    re-layout horizon past its end. The model's word alone never costs serving pods. None without an
-    arrival rate, without a demand level for a miss, or when the shape can stay."""
+    """The plan's own shape by a rollout that gives old pods up before their replacements serve, for a running
+    shape that fills the pool and cannot stay: the engine reports it past the cliff, or it misses the SLO,
+    and staying queues more of the requests arriving (at the lower of the rate now and the arrival level of
+    the last few minutes, arrivals alone, a queue not counted) and waiting now than the rollout's dip does,
+    over the re-layout horizon past its end. The model's word alone never costs serving pods. None without
+    an arrival rate, without an arrival level for a miss, or when the shape can stay."""
     arriving = None if observation is None or not observation.available else observation.arrival_rate
     chosen, pool = plan.layout, plan.sizing.pool_gpus
     if chosen is None or pool is None or arriving is None or arriving <= 0 or not _fills_pool(plan, applied):

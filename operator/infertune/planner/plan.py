@@ -26,8 +26,9 @@ class Sizing:
     replicas_min: int = 1
     replicas_max: int = 64
     pool_gpus: int | None = None
-    # The demand level now (the last few minutes' mean, model/forecast.py), with no burst or forecast
-    # on top: what a decision that costs serving pods for a model load is judged on. None: no history.
+    # The arrival level now (the last few minutes' mean of the arrival rate, model/forecast.py), with no
+    # burst, forecast or queue on top: what a decision that costs serving pods for a model load is judged
+    # on. None: no history.
     level_rps: float | None = None
 
 
@@ -215,7 +216,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
 
 def _sizing(request: PlanRequest, demand: float | None, outlook: DemandOutlook | None) -> Sizing:
     wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
-    level = None if outlook is None else outlook.level
+    level = None if outlook is None else outlook.arrival_level
     return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level)
 
 
