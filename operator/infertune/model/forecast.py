@@ -138,9 +138,9 @@ class DemandOutlook:
     trend: float | None = None
     seasonal: float | None = None
     horizon_s: float = 0.0
-    level: float | None = None  # the last five bins' mean, once MIN_BURST_BINS exist: no burst on top
-    # The same of the arrival rate alone: a queue counts as demand (its drain rate), so while one lasts
-    # the demand's level sits above what arrives, and a burst's reading below it.
+    # The arrival rate's last five bins' mean, once MIN_BURST_BINS exist: no burst on top, and no queue,
+    # which the demand counts (its drain rate), so that while one lasts the demand's own level sits above
+    # what arrives, and a burst's reading below it.
     arrival_level: float | None = None
 
     @property
@@ -156,8 +156,8 @@ class DemandOutlook:
 
 def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProfile | None, now: float,
             horizon_s: float, arrivals: Sequence[DemandPoint] = ()) -> DemandOutlook:
-    """The four figures for a resource whose capacity takes `horizon_s` to arrive, and the levels of
-    the demand and of the arrivals alone (`arrivals`), once enough bins of each exist."""
+    """The four figures for a resource whose capacity takes `horizon_s` to arrive, and the level of the
+    arrivals alone (`arrivals`), once enough bins of them exist."""
     width = bin_seconds(horizon_s)
     bins = _recent_bins(points, now, horizon_s, width)
     burst = None
@@ -170,10 +170,9 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
         here, there = profile.level_at(now), profile.level_at(now + horizon_s)
         if here is not None and there is not None and here > 0 and there > here:
             seasonal = level * min(there / here, MAX_GROWTH)
-    known_level = level if len(bins) >= MIN_BURST_BINS else None
     arrived = _recent_bins(arrivals, now, horizon_s, width)
     arrival_level = _level(arrived, 0.0) if len(arrived) >= MIN_BURST_BINS else None
-    return DemandOutlook(current, burst, trend, seasonal, horizon_s, known_level, arrival_level)
+    return DemandOutlook(current, burst, trend, seasonal, horizon_s, arrival_level)
 
 
 def _recent_bins(points: Sequence[DemandPoint], now: float, horizon_s: float, width: float) -> list[DemandPoint]:

@@ -333,7 +333,12 @@ def _price(ctx: _Context) -> float:
 def _past_cliff(obs: Observation | None) -> bool:
     if obs is None or not obs.available:
         return False
-    return (obs.preemption_rate or 0.0) > 0 or (obs.kv_usage is not None and obs.kv_usage >= CLIFF_USAGE)
+    return _preempting_or_full(obs.preemption_rate, obs.kv_usage)
+
+
+def _preempting_or_full(preemption_rate: float | None, kv_usage: float | None) -> bool:
+    """The engine's word that it is past the cliff: it preempts, or its KV use is at the cliff's."""
+    return (preemption_rate or 0.0) > 0 or (kv_usage is not None and kv_usage >= CLIFF_USAGE)
 
 
 def _staying_past_cliff(applied: Layout, obs: Observation, running_rps: float) -> float:
@@ -342,9 +347,7 @@ def _staying_past_cliff(applied: Layout, obs: Observation, running_rps: float) -
     recompute leaves), every other pod what it carries flat out. The fleet's figures are the fullest
     pod's, and one pod holding the longest sessions is not a fleet that serves nothing. Without per-pod
     figures nothing is counted on; past the running count, the pods past the cliff are counted first."""
-    past = [rep for rep in obs.replicas
-            if (rep.preemption_rate or 0.0) > 0 or (rep.kv_usage is not None and rep.kv_usage >= CLIFF_USAGE)]
-    past = past[:applied.replicas]
+    past = [rep for rep in obs.replicas if _preempting_or_full(rep.preemption_rate, rep.kv_usage)][:applied.replicas]
     below = min(len(obs.replicas) - len(past), applied.replicas - len(past))
     completing = [min(max(rep.completion_rate, 0.0), running_rps) for rep in past
                   if rep.completion_rate is not None and math.isfinite(rep.completion_rate)]
