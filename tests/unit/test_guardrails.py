@@ -277,3 +277,25 @@ def test_a_tighter_shape_for_cost_waits_while_the_measured_working_set_reads_abo
     assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
     _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900), lagging)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
+
+
+def test_a_move_for_cost_waits_for_a_measured_pass_but_an_unsafe_shape_does_not():
+    """With no pass measured at any TP, the cheapest shape is the napkin's guess (2-10x off real stacks): a
+    re-layout for cost onto it waits, and the running shape follows the demand meanwhile; once a pass is
+    measured it goes. A running shape the model finds unsafe leaves on the napkin's word."""
+    running = Layout(8, 16, 12)
+    unmeasured = replace(request(3.0), fits={})
+    p = plan(unmeasured, fresh(3.0), NOW)
+    assert p.layout is not None and not p.layout.same_shape(running) and p.pass_source(p.layout) == "napkin"
+    needed = p.sized(running)
+    assert needed is not None
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    d = decide(p, state, fresh(3.0), RAILS, NOW)
+    assert d.action is not Action.RELAYOUT and (d.target is None or d.target.same_shape(running))
+    assert any(c.reason == "PassTimeUnmeasured" and not c.passed for c in d.checks)
+    assert "napkin alone" in d.message
+    _, d = run(3.0, state)  # the same move, with the B200 load test's pass measured at TP8
+    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
+    unsafe = PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900)
+    d = decide(plan(unmeasured, fresh(3.0), NOW), unsafe, fresh(3.0), RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"

@@ -159,3 +159,20 @@ def test_ratios_of_vanishing_rates_are_no_figure_and_absurd_means_are_not_believ
     absurd = {"generation_length_sum": 5e8, "generation_length_count": 0.01, "ttft_count": 0.01}
     obs = build_observation(KEY, [PodFigures("p-0", "vllm", 100.0, gauges, absurd)], None, 100.0, 120.0, {})
     assert obs.fault is MetricsFault.IMPLAUSIBLE and "mean generated tokens" in obs.message
+
+
+def test_more_decoding_streams_than_a_replica_can_run_are_not_believed() -> None:
+    """The fit's batch is the inter-token histogram's sum per second (observe/figures.py); a sum that grows
+    by more seconds than twice max-num-seqs streams could wait is no engine's."""
+    from infertune.observe.figures import PodFigures, ReplicaLimits, build_observation, fit_samples
+
+    gauges = {"kv_usage": 0.3, "running": 8.0, "waiting": 0.0}
+    limits = Expected(limits=ReplicaLimits(running=64.0))
+    honest = PodFigures("p-0", "vllm", 100.0, gauges, {"itl_sum": 8.0, "itl_count": 400.0, "preemptions": 0.0})
+    assert [b for b, _, _ in fit_samples([honest])] == [8.0]
+    edge = PodFigures("p-0", "vllm", 100.0, gauges, {"itl_sum": 100.0, "itl_count": 400.0, "preemptions": 0.0})
+    assert build_observation(KEY, [edge], limits, 100.0, 120.0, {}).available  # a window's edges: up to 2x
+    absurd = PodFigures("p-0", "vllm", 100.0, gauges, {"itl_sum": 1e6, "itl_count": 400.0, "preemptions": 0.0})
+    obs = build_observation(KEY, [absurd], limits, 100.0, 120.0, {})
+    # Not available: the hub feeds the fit only from an observation it believes (controller/hub.py).
+    assert obs.fault is MetricsFault.IMPLAUSIBLE and not obs.available and "decoding streams" in obs.message

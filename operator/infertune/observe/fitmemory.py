@@ -29,7 +29,7 @@ REFIT_SECONDS = 300.0  # rows gained the context; version 1 rows (no context) st
 
 @dataclass(frozen=True)
 class FitSample:
-    batch: float  # mean running requests over the window
+    batch: float  # mean streams decoding over the window (observe/figures.py, decoding_streams)
     seconds: float  # mean inter-token latency over the window: one pass
     weight: float = 1.0
     time: float = 0.0

@@ -181,15 +181,11 @@ class PodsSource:
         rates: dict[str, float] = {}
         buckets: dict[float, float] | None = None
         reset = False
-        running_mean = None
         if prev is not None and prev.reading is not None and scrape.time > prev.time:
             rates, buckets, reset = _delta_rates(prev, scrape)
-            before, after = prev.reading.gauges.get("running"), reading.gauges.get("running")
-            if before is not None and after is not None and not reset:
-                running_mean = (before + after) / 2
         fig = PodFigures(
             pod=scrape.target.pod, dialect=reading.dialect, sample_time=scrape.time, gauges=reading.gauges,
-            rates=rates, ttft=quantiles(buckets or {}), running_mean=running_mean,
+            rates=rates, ttft=quantiles(buckets or {}),
             capacity_tokens=reading.capacity_tokens,
             series_count=copies if not reading.duplicate else max(copies, 2), counter_reset=reset)
         return fig, (buckets if buckets and not reset else None)

@@ -117,7 +117,6 @@ class _PodAccumulator:
         self.gauges: dict[str, float] = {}
         self.rates: dict[str, float] = {}
         self.ttft_buckets: dict[float, float] = {}
-        self.running_mean: float | None = None
         self.capacity: int | None = None
         self.reset = False
 
@@ -140,8 +139,6 @@ class _PodAccumulator:
             tokens = _cache_config(metric)
             if tokens is not None:
                 self.capacity = int(tokens)
-        elif query.key == "running_mean":
-            self.running_mean = value
         elif query.key == "resets":
             self.reset = value > 0
         elif query.shape == "buckets":
@@ -152,7 +149,6 @@ class _PodAccumulator:
     def figures(self) -> PodFigures:
         return PodFigures(pod=self.pod, dialect=self.dialect, sample_time=self.sample_time,
                           gauges=self.gauges, rates=self.rates, ttft=quantiles(self.ttft_buckets),
-                          running_mean=self.running_mean,
                           capacity_tokens=self.capacity, series_count=self.series_count,
                           counter_reset=self.reset)
 
@@ -300,7 +296,7 @@ class PrometheusSource:
             series[query.key] = points
         out: dict[DeploymentKey, list[FitSample]] = defaultdict(list)
         for point, itl in series["itl_mean"].items():
-            batch = series["running_mean"].get(point)
+            batch = series["decoding_mean"].get(point)
             tokens = series["tokens"].get(point)
             preempted = series["preemptions"].get(point)
             if batch is None or tokens is None or not all(map(math.isfinite, (itl, batch, tokens))):

@@ -98,8 +98,6 @@ def poll_queries(window: str, labels: Labels = Labels(), namespace: str | None =
         Query("capacity_tokens", _first(d.CAPACITY_TOKENS.names, f"min by ({g}) ({{sel}})", sel)),
         Query("cache_config", f"max by ({g}, num_gpu_blocks, block_size) ({sel(d.CACHE_CONFIG.regex)})",
               "cache_config"),
-        Query("running_mean",
-              _first(d.RUNNING.names, f"sum by ({g}) (avg_over_time({{sel}}[{window}]))", sel)),
         Query("resets", _any_reset(window, g, sel)),
     ]
     rate = f"sum by ({g}) (rate({{sel}}[{window}]))"
@@ -128,8 +126,9 @@ def fit_range_queries(step: str, labels: Labels = Labels(), namespace: str | Non
     return (
         Query("itl_mean", f"({itl_sum}) / ({_first(itl_count, rate, sel)})"),
         Query("tokens", _first(itl_count, f"sum by ({g}) (increase({{sel}}[{step}]))", sel)),
-        Query("running_mean", _first(d.RUNNING.names, f"sum by ({g}) (avg_over_time({{sel}}[{step}]))",
-                                     sel)),
+        # The mean decoding batch, exactly: a request's inter-token latencies add up to its decoding time
+        # (observe/figures.py, decoding_streams).
+        Query("decoding_mean", itl_sum),
         Query("preemptions", _first(d.PREEMPTIONS.names, f"sum by ({g}) (increase({{sel}}[{step}]))",
                                     sel)),
         # The context behind each window: KV use x capacity / running streams (observe/figures.py).

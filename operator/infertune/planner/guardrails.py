@@ -215,6 +215,22 @@ def check_working_set_measured(ctx: _Context) -> Check:
                  f"{KV_RISK:.0%})")
 
 
+def check_pass_time_measured(ctx: _Context) -> Check:
+    """A re-layout made for cost waits while the per-pass time it was chosen on is the bare napkin, with
+    nothing measured at any TP: first-principles napkins miss real stacks by 2-10x (docs/model-validation.md),
+    so the shape that looks cheapest on it is a guess, and it is paid for with a model load and a cooldown
+    before a measured fit could move it back. The first fit comes minutes after the pods serve. A running
+    shape the model or the engine finds unsafe does not wait, nor does a full pool giving way."""
+    if (not _is_relayout(ctx) or ctx.applied_unsafe or ctx.proposed is None
+            or (ctx.rollout is not None and ctx.rollout.max_unavailable > 0)):
+        return _ok("pass-time-measured")
+    if ctx.plan.pass_source(ctx.proposed) != "napkin":
+        return _ok("pass-time-measured")
+    return _hold("pass-time-measured", DecisionReason.PASS_TIME_UNMEASURED,
+                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: it is cheaper "
+                 f"by the napkin alone, and no pass has been measured yet at any TP")
+
+
 def check_relayout_pays_back(ctx: _Context) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
     only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
@@ -311,6 +327,7 @@ CHECKS: tuple[Callable[[_Context], Check], ...] = (
     check_working_set_measured,
     check_relayout_pays_back,
     check_relayout_keeps_capacity,
+    check_pass_time_measured,
     check_rollout_finished,
     check_hysteresis,
     check_scale_down_stabilised,
@@ -462,7 +479,8 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets
 # the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
 _RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_COOLDOWN,
-                   DecisionReason.WORKING_SET_ABOVE_PLAN, DecisionReason.RELAYOUT_NOT_WORTH_IT,
+                   DecisionReason.WORKING_SET_ABOVE_PLAN, DecisionReason.PASS_TIME_UNMEASURED,
+                   DecisionReason.RELAYOUT_NOT_WORTH_IT,
                    DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY, DecisionReason.NO_FEASIBLE_LAYOUT)
 
 

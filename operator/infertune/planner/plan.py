@@ -108,6 +108,12 @@ class Plan:
         row = self._row(shape)
         return None if row is None else float(np.concatenate([g.request_rate for g in self.table.grids])[row])
 
+    def pass_source(self, shape: Layout) -> str | None:
+        """What `shape`'s per-pass time rests on (perf.py: "fit", "fit+napkin", "calibrated-napkin" or
+        "napkin", the last with nothing measured at any TP); None for a shape the plan did not consider."""
+        row = self._row(shape)
+        return None if row is None else self.table.row(row).pass_source
+
     def _row(self, shape: Layout) -> int | None:
         """`shape`'s row of the candidate table (TP and concurrency); None for a shape not considered."""
         hit = np.flatnonzero((self.table.tp == shape.tensor_parallel_size)

@@ -94,6 +94,7 @@ class DecisionReason(StrEnum):
     METRICS_UNAVAILABLE = "MetricsUnavailable"
     NO_DEMAND_FIGURE = "NoDemandFigure"
     NO_FEASIBLE_LAYOUT = "NoFeasibleLayout"
+    PASS_TIME_UNMEASURED = "PassTimeUnmeasured"
     PASSED = "Passed"
     PLAN_FEASIBLE = "PlanFeasible"
     RELAYOUT_COOLDOWN = "RelayoutCooldown"
