@@ -27,22 +27,29 @@ from infertune_lab.sim.traffic import CHAT_TRACE, bursty, chat_trace
 A, B = 5.2e-3, 1.65e-3  # the B200 load test's line, as the twin's configured fit
 
 
-@pytest.mark.parametrize(("workload", "rate"), [("chat", 2.0), ("coding-agent", 0.3)])
-def test_fit_recovers_the_twins_line_after_five_simulated_minutes(workload: str, rate: float) -> None:
-    fleet = Fleet(OpenSessions(shape(workload), bursty(rate, random.Random(1))), seed=1)
-    config = ReplicaConfig(tp=8, fits={8: LinearFit(A, B, 1.0, 10, 1, 64)}, workload=workload)
+def learnt_from_two_pods(fleet: Fleet, config: ReplicaConfig, polls: int, every: float) -> FitMemory:
+    """Two pods of `config` serve `fleet`'s traffic; the pods source polls their /metrics text every
+    `every` seconds and the fit memory takes each poll's samples, as the operator's would."""
     pods = [fleet.add_replica(config, f"sim-{i}") for i in range(2)]
     now = [0.0]
     source = PodsSource([PodTarget("ns", "d", p, f"http://{p}:8000/metrics") for p in pods],
                         clock=lambda: now[0],
                         fetch=lambda t: render(ReplicaView.of(fleet.replicas[t.pod].engine)).decode())
     memory = FitMemory()
-    for poll in range(1, 41):  # every 7.5 s for 300 s
-        now[0] = poll * 7.5
+    for poll in range(1, polls + 1):
+        now[0] = poll * every
         fleet.run_until(now[0])
         obs = source.poll().get("ns", "d")
         assert obs.available, obs.message
-        memory.add(8, obs.fit_samples, now[0])
+        memory.add(config.tp, obs.fit_samples, now[0])
+    return memory
+
+
+@pytest.mark.parametrize(("workload", "rate"), [("chat", 2.0), ("coding-agent", 0.3)])
+def test_fit_recovers_the_twins_line_after_five_simulated_minutes(workload: str, rate: float) -> None:
+    fleet = Fleet(OpenSessions(shape(workload), bursty(rate, random.Random(1))), seed=1)
+    config = ReplicaConfig(tp=8, fits={8: LinearFit(A, B, 1.0, 10, 1, 64)}, workload=workload)
+    memory = learnt_from_two_pods(fleet, config, polls=40, every=7.5)  # 300 s
     fit = memory.fit(8)
     assert fit is not None
     batches = [s.batch for s in memory.samples(8)]
@@ -75,16 +82,7 @@ def test_a_fit_learnt_on_small_batches_predicts_the_twins_pass_well_beyond_them(
                      shape=CHAT_TRACE.session_shape())
     fleet = Fleet(case.traffic(), router="session-affinity", seed=3)
     config = ReplicaConfig(tp=4, max_num_seqs=6, fits={8: LinearFit(A, B, 1.0, 10, 1, 64)})
-    pods = [fleet.add_replica(config, f"sim-{i}") for i in range(2)]
-    now = [0.0]
-    source = PodsSource([PodTarget("ns", "d", p, f"http://{p}:8000/metrics") for p in pods],
-                        clock=lambda: now[0],
-                        fetch=lambda t: render(ReplicaView.of(fleet.replicas[t.pod].engine)).decode())
-    memory = FitMemory()
-    for poll in range(1, 41):  # every 15 s (the operator's default poll) for 10 minutes
-        now[0] = poll * 15.0
-        fleet.run_until(now[0])
-        memory.add(4, source.poll().get("ns", "d").fit_samples, now[0])
+    memory = learnt_from_two_pods(fleet, config, polls=40, every=15.0)  # the operator's poll, 10 minutes
     assert max(s.batch for s in memory.samples(4)) <= 6.0
     truth = config.performance_model()
     learnt = replace(truth, workload=workload_preset("chat"), fits={4: memory.sample_set(4)})
