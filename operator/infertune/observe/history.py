@@ -118,8 +118,8 @@ class PressureHistory:
                            StreamContextPoint(obs.sample_time, obs.running, obs.stream_context_tokens))
             demand = obs.demand_rate
             if demand is not None:
-                self._add_demand(self._demand, key, obs.sample_time, demand)
-                self._add_demand(self._arrivals, key, obs.sample_time, max(obs.arrival_rate or 0.0, 0.0))
+                self._add_rate(self._demand, key, obs.sample_time, demand)
+                self._add_rate(self._arrivals, key, obs.sample_time, max(obs.arrival_rate or 0.0, 0.0))
 
     def _keep(self, recent: deque[_Timed], item: _Timed) -> None:
         """Appends `item` and drops what is older than the horizon before it."""
@@ -127,7 +127,7 @@ class PressureHistory:
         while recent and recent[0].time < item.time - self.horizon:
             recent.popleft()
 
-    def _add_demand(self, kept: dict[DeploymentKey, deque[DemandPoint]], key: DeploymentKey, time: float,
+    def _add_rate(self, kept: dict[DeploymentKey, deque[DemandPoint]], key: DeploymentKey, time: float,
                     rate: float) -> None:
         points = kept.setdefault(key, deque(maxlen=DEMAND_POINTS))
         points.append(DemandPoint(time, rate))
