@@ -23,7 +23,9 @@ from infertune.planner import (
     next_state,
     plan,
 )
+from infertune.planner.guardrails import stabilization_window
 from infertune.planner.rollout import Demand, giving_way, peak_gpus, plan_rollout, queued_request_seconds, reachable
+from infertune.planner.types import DecisionReason
 
 # The B200 load test's pass at TP8, measured: a re-layout for cost never waits on the napkin alone here.
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 7, 1, 32)
@@ -435,23 +437,49 @@ def test_no_decision_ever_asks_for_more_gpus_than_the_pool(demand: float, tp: in
         assert d.rollout.peak_gpus <= pool
 
 
+def missing_the_slo(demand: float) -> Observation:
+    """`fresh(demand)` with every TTFT quantile over the 3 s limit."""
+    return replace(fresh(demand), ttft_p50_seconds=8.0, ttft_p95_seconds=9.0, ttft_p99_seconds=10.0)
+
+
 def test_a_shape_that_fills_the_pool_can_still_be_left():
     # 16 TP4 c=5 pods fill the 64-GPU pool, and the stabilisation window remembers wanting all 16.
-    # Keeping them all beside a surge pod never fits, so the pool's own shape would be kept for good.
-    # The rollout keeps what the demand measured now needs of it instead, within the pool.
+    # Keeping them all beside a surge pod never fits, so the pool's own shape would be kept for good
+    # once it has to go. Missing the SLO, the rollout keeps what the demand measured now needs of it
+    # instead, within the pool.
     p = plan(request(2.0), fresh(2.0), NOW)
     assert p.layout is not None and p.layout.gpus < 64
     running = Layout(4, 5, 16)
     needed_now = p.sized(running, over_line=True, demand_rps=fresh(2.0).demand_rate)
     assert needed_now is not None and needed_now.replicas < 16
     remembered = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
-    d = decide(p, remembered, fresh(2.0), RAILS, NOW)
+    d = decide(p, remembered, missing_the_slo(2.0), RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None
     assert d.rollout.peak_gpus <= 64 and d.rollout.kept >= needed_now.replicas
     # With room for one more pod of what runs, nothing is shed: every remembered pod is kept.
     roomy = replace(p, sizing=replace(p.sizing, pool_gpus=68))
-    d = decide(roomy, remembered, fresh(2.0), RAILS, NOW)
+    d = decide(roomy, remembered, missing_the_slo(2.0), RAILS, NOW)
     assert d.action is not Action.RELAYOUT or (d.rollout is not None and d.rollout.kept == 16)
+
+
+def test_a_move_for_cost_alone_sheds_no_pod_the_window_remembers():
+    # The same full pool meeting the SLO: the cheaper shape would be rolled into by shedding the pods
+    # the stabilisation window still wants, for a demand that may return during the model loads. It
+    # waits instead, until the window forgets them: then the pods the demand needs are kept beside
+    # the new ones, none given up before its replacement serves.
+    p = plan(request(2.0), fresh(2.0), NOW)
+    running = Layout(4, 5, 16)
+    remembered = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
+    d = decide(p, remembered, fresh(2.0), RAILS, NOW)
+    assert d.action is Action.HOLD and d.reason is DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY
+    assert d.target is None
+    later = NOW + stabilization_window(RAILS) + 60
+    forgotten = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
+    now_seen = replace(fresh(2.0), sample_time=later - 5)
+    d = decide(plan(request(2.0), now_seen, later), forgotten, now_seen, RAILS, later)
+    assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable == 0
+    needed_now = p.sized(running, over_line=True, demand_rps=now_seen.demand_rate)
+    assert needed_now is not None and d.rollout.kept >= needed_now.replicas and d.rollout.peak_gpus <= 64
 
 
 def test_a_scale_up_mid_rollout_leaves_room_for_the_old_pods_of_another_tp():
@@ -476,7 +504,7 @@ def test_the_shape_rolled_from_survives_a_restart():
     state = PlannerState(applied=Layout(4, 6, 7), last_relayout_at=NOW, rolled_from=Layout(8, 6, 7))
     assert state_from_status({"guardrails": state_to_status(state)}).rolled_from == Layout(8, 6, 7)
     d = decide(plan(request(2.0), fresh(2.0), NOW), PlannerState(applied=Layout(4, 5, 16),
-               recent_recommendations=((NOW - 100, 16),)), fresh(2.0), RAILS, NOW)
+               recent_recommendations=((NOW - 100, 16),)), missing_the_slo(2.0), RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.rollout is not None
     after = next_state(PlannerState(applied=Layout(4, 5, 16)), d, RAILS)
     assert after.rolled_from == Layout(4, 5, d.rollout.kept)

@@ -494,7 +494,7 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
         kept = _kept(plan, state, applied, current, unsafe, guardrails, now)
         rollout = reachable(plan, applied, running_safe=not unsafe, keep=kept,
                             load_seconds=guardrails.model_load_seconds,
-                            keep_at_least=_kept_at_least(plan, applied, kept, observation))
+                            keep_at_least=_kept_at_least(plan, applied, kept, observation, unsafe))
         if rollout is None and unsafe and _past_cliff(observation) and not _fills_pool(plan, applied):
             # The engine preempts: the shape goes even if the pods it keeps meanwhile serve less than the
             # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good). On a
@@ -567,14 +567,19 @@ def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, ra
                       rails.relayout_horizon_s)
 
 
-def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None) -> int | None:
+def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None,
+                   unsafe: bool) -> int | None:
     """The fewest old pods a rollout may keep when the pool cannot hold `kept` of them beside a new
     one: what the demand measured now (no headroom, no forecast) needs of the running shape. Only
     when the running shape fills the pool: it could never be left otherwise, while a shape with room
     to grow keeps every pod the demand wants (a displaced session re-sends its whole context to a
-    cold pod, so a rollout that sheds pods costs more than their count)."""
+    cold pod, so a rollout that sheds pods costs more than their count). And only when the running
+    shape has to go: it is unsafe or misses the SLO. A move for cost alone sheds nothing the forecast
+    wants kept, since the demand it gives up the headroom for may arrive during the rollout's loads."""
     measured = None if observation is None or not observation.available else observation.demand_rate
     if kept is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
+        return None
+    if not unsafe and not _slo_missed(plan, observation):
         return None
     now = plan.sized(applied, over_line=True, demand_rps=measured)
     return None if now is None else now.replicas
