@@ -472,7 +472,7 @@ def test_a_move_for_cost_alone_sheds_no_pod_the_window_remembers():
     remembered = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
     d = decide(p, remembered, fresh(2.0), RAILS, NOW)
     assert d.action is Action.HOLD and d.reason is DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY
-    assert d.target is None
+    assert d.target is None and "cost alone" in d.message
     later = NOW + stabilization_window(RAILS) + 60
     forgotten = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
     now_seen = replace(fresh(2.0), sample_time=later - 5)

@@ -128,11 +128,14 @@ def check_relayout_keeps_capacity(ctx: _Context) -> Check:
     if not _is_relayout(ctx) or ctx.rollout is not None or ctx.applied_unsafe:
         return _ok("relayout-capacity")
     assert ctx.applied is not None and ctx.proposed is not None
+    waits = ("" if ctx.slo_missed or not _fills_pool(ctx.plan, ctx.applied) else
+             "; a move for cost alone sheds none of the pods the headroom, the forecast and the stabilisation "
+             "window want, so it waits for the running shape to scale down")
     return _hold("relayout-capacity", DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
                  f"rolling {ctx.applied.replicas} x TP{ctx.applied.tensor_parallel_size} into "
                  f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} while keeping the "
                  f"pods the demand needs serving does not fit the pool's {ctx.plan.sizing.pool_gpus} GPUs, even one "
-                 f"new pod at a time")
+                 f"new pod at a time{waits}")
 
 
 def check_rollout_finished(ctx: _Context) -> Check:
