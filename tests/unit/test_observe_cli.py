@@ -14,6 +14,9 @@ from tests.prometheus_fixture import EnginePayload
     (["--source", "prometheus"], "--url"),
     (["--source", "prometheus", "--url", "prometheus:9090"], "--url"),
     (["--source", "prometheus", "--url", "http://p:9090", "--window", "5 minutes"], "--window"),
+    # PromQL refuses a fractional or empty range: refused here, not by Prometheus on every query.
+    (["--source", "prometheus", "--url", "http://p:9090", "--window", "1.5m"], "not a PromQL range"),
+    (["--source", "prometheus", "--url", "http://p:9090", "--window", "0s"], "a range of zero"),
     (["--source", "prometheus", "--url", "http://p:9090", "--fit-history", "1x"], "--fit-history"),
     (["--source", "prometheus", "--url", "http://p:9090", "--ca", "/nonexistent/ca.pem"], "--ca"),
     (["--source", "prometheus", "--url", "http://p:9090", "--timeout", "0"], "--timeout"),

@@ -27,6 +27,9 @@ from infertune.commands import run
     (["--poll-seconds=inf"], "--cycle-seconds and --poll-seconds must be positive"),
     (["--poll-seconds=-1"], "--cycle-seconds and --poll-seconds must be positive"),
     (["--metrics-port=70000"], "--metrics-port must be 0..65535"),
+    # PromQL refuses fractional ranges: caught here rather than as a failed query on every poll.
+    (["--metrics-window=1.5m"], "--metrics-window: '1.5m' is not a PromQL range"),
+    (["--metrics-window=0s"], "--metrics-window: '0s' is a range of zero"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", *argv]) == 2

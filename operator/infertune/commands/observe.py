@@ -31,6 +31,7 @@ from infertune.observe import (
     pressure_point,
 )
 from infertune.observe.http import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS, FetchFailed, source_url
+from infertune.observe.promql import range_seconds
 from infertune.textfile import read_text
 
 
@@ -71,7 +72,10 @@ def _seconds(text: str, flag: str) -> float:
 def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
     if args.source == "prometheus":
         source_url(args.url or "", "--url")  # one line naming the flag and the rule it breaks
-        _seconds(args.window, "--window")
+        try:
+            range_seconds(args.window)
+        except ValueError as exc:
+            raise UserError(f"--window: {exc}") from None
         token = None
         if args.token_file:
             token = read_text(args.token_file, "--token-file").strip()

@@ -23,6 +23,7 @@ from infertune.commands._inputs import cluster_client
 from infertune.controller import OperatorContext, build_registry
 from infertune.errors import UserError
 from infertune.observe.http import AllowList
+from infertune.observe.promql import range_seconds
 
 # Where a pod's own namespace is when the downward API did not set POD_NAMESPACE.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -70,6 +71,10 @@ def _checked(args: argparse.Namespace) -> None:
     if not (args.cycle_seconds > 0 and args.poll_seconds > 0) or not all(
             map(_finite, (args.cycle_seconds, args.poll_seconds))):
         raise UserError("--cycle-seconds and --poll-seconds must be positive")
+    try:
+        range_seconds(args.metrics_window)
+    except ValueError as exc:
+        raise UserError(f"--metrics-window: {exc}") from None
     if not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
     for ns in args.namespace:

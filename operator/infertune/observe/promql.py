@@ -7,10 +7,28 @@ does. Dialects are folded into each selector as a `__name__` regex, since a pod 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from infertune.observe import dialects as d
+
+# A range selector's duration as PromQL reads it: whole numbers of units, largest first ("1m30s").
+_RANGE = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m(?!s))?(?:([0-9]+)s)?"
+                    r"(?:([0-9]+)ms)?")
+_RANGE_UNITS = (365 * 86_400.0, 7 * 86_400.0, 86_400.0, 3600.0, 60.0, 1.0, 0.001)
+
+
+def range_seconds(window: str) -> float:
+    """Seconds in a PromQL range duration ("1m", "90s", "1m30s"); ValueError for anything PromQL
+    would refuse or a range of zero, so that a bad window is refused before any query is sent."""
+    found = _RANGE.fullmatch(window) if isinstance(window, str) else None
+    if found is None or not any(found.groups()):
+        raise ValueError(f"{window!r} is not a PromQL range like '1m', '90s' or '1m30s'")
+    seconds = sum(int(n) * unit for n, unit in zip(found.groups(), _RANGE_UNITS, strict=True) if n)
+    if seconds <= 0:
+        raise ValueError(f"{window!r} is a range of zero")
+    return seconds
 
 
 @dataclass(frozen=True)
