@@ -3,6 +3,9 @@ few long sessions happened to finish does not re-shape the fleet."""
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from infertune.api.observation import MetricsFault, Observation
@@ -113,3 +116,23 @@ def test_the_arrivals_are_kept_apart_from_a_demand_that_counts_the_queue():
     assert [p.rate for p in history.arrival_points(KEY)] == [20.0, 20.0, 20.0]
     history.forget(KEY)
     assert history.arrival_points(KEY) == ()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known: the prompt's trend (model/forecast.py rising, a line through each poll's mean prompt, "
+    "unweighted by its completions, tested at t >= 2 every cycle and carried one load ahead) passes by "
+    "chance on a quiet night: 29-49 of 659 cycles plan a prompt 1.25x the true mean or more, up to 2.4x "
+    "(docs/bench.md, History: the week's 8.6-hour TP8 c=5 hold began so)"))
+def test_a_steady_prompt_read_from_a_few_completions_a_poll_is_not_planned_as_growing():
+    # Six quiet hours: one to three completions a 15 s poll, prompts lognormal around 80K (mean 90.6K),
+    # no trend at all. A chance rise in the planned prompt declares running shapes past the cliff.
+    rng = random.Random(0)
+    history, true_mean, planned = PressureHistory(), 80_000 * math.exp(0.5 ** 2 / 2), []
+    for i in range(1440):
+        n = rng.choice([1, 1, 2, 3])
+        prompts = [rng.lognormvariate(math.log(80_000), 0.5) for _ in range(n)]
+        o = obs(1_000_000.0 + 15.0 * i, sum(prompts) / n, completions=n / 15.0)
+        record(history, o)
+        if i > 120 and i % 2 == 0:  # a 30 s cycle, once the horizon has filled
+            planned.append(history.settled(KEY, o, horizon=900.0).mean_prompt_tokens)
+    assert max(planned) < 1.25 * true_mean, f"{sum(p >= 1.25 * true_mean for p in planned)} of {len(planned)}"
