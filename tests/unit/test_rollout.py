@@ -473,10 +473,9 @@ def test_a_move_for_cost_alone_sheds_no_pod_the_window_remembers():
     d = decide(p, remembered, fresh(2.0), RAILS, NOW)
     assert d.action is Action.HOLD and d.reason is DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY
     assert d.target is None and "cost alone" in d.message
-    later = NOW + stabilization_window(RAILS) + 60
-    forgotten = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
+    later = NOW + stabilization_window(RAILS) + 60  # the window has forgotten the 16
     now_seen = replace(fresh(2.0), sample_time=later - 5)
-    d = decide(plan(request(2.0), now_seen, later), forgotten, now_seen, RAILS, later)
+    d = decide(plan(request(2.0), now_seen, later), remembered, now_seen, RAILS, later)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable == 0
     needed_now = p.sized(running, over_line=True, demand_rps=now_seen.demand_rate)
     assert needed_now is not None and d.rollout.kept >= needed_now.replicas and d.rollout.peak_gpus <= 64

@@ -57,25 +57,22 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _seconds(text: str, flag: str) -> float:
+def _seconds(text: str, flag: str, zero: bool = False) -> float:
+    """A PromQL range duration ("30s", "5m", "1h30m"), or "0" where `zero` allows none; one line naming
+    the flag otherwise."""
     text = text.strip()
-    if text == "0":
+    if zero and text == "0":
         return 0.0
-    if len(text) < 2 or text[-1] not in _UNITS or not text[:-1].isdigit():
-        raise UserError(f"{flag}: expected a duration like 30s, 5m or 2h, got {text!r}")
-    return int(text[:-1]) * _UNITS[text[-1]]
+    try:
+        return range_seconds(text)
+    except ValueError as exc:
+        raise UserError(f"{flag}: {exc}") from None
 
 
 def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
     if args.source == "prometheus":
         source_url(args.url or "", "--url")  # one line naming the flag and the rule it breaks
-        try:
-            range_seconds(args.window)
-        except ValueError as exc:
-            raise UserError(f"--window: {exc}") from None
+        _seconds(args.window, "--window")
         token = None
         if args.token_file:
             token = read_text(args.token_file, "--token-file").strip()
@@ -117,7 +114,7 @@ def _warning(obs: Observation) -> CliffWarning:
 
 def run(args: argparse.Namespace) -> int:
     source = _source(args)
-    history = _seconds(args.fit_history, "--fit-history")
+    history = _seconds(args.fit_history, "--fit-history", zero=True)
     try:
         snap = source.poll()
         if isinstance(source, PodsSource) and args.interval > 0:
