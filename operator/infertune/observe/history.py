@@ -185,6 +185,9 @@ class PressureHistory:
         if horizon is not None:
             # A prompt that keeps growing is planned for as it will be one load ahead (never less than now).
             ahead = rising([DemandPoint(p.time, p.prompt) for p in recorded], obs.sample_time, horizon)
+            growth = self._working_set_growth(key, obs.sample_time, horizon, obs.stream_context_tokens)
+            if ahead is not None and growth is not None:
+                ahead = min(ahead, prompt + growth)
             prompt = max(prompt, ahead or 0.0)
         return replace(
             obs,
@@ -203,6 +206,26 @@ class PressureHistory:
         if weight < MIN_STREAM_WEIGHT:
             return None
         return sum(p.running * p.tokens for p in points) / weight
+
+    def _working_set_growth(self, key: DeploymentKey, now: float, horizon: float,
+                            level: float | None) -> float | None:
+        """The tokens by which the running streams' measured working set will have grown one load ahead
+        of `level`, its mean over the load (0 when it shows no significant rise), or None when too few
+        streams ran to tell (`level` None).
+
+        The prompt's trend runs through each poll's mean over the few requests that finished in it, and on
+        a quiet night (one to three a poll, heavy-tailed) a line through those passes its test by chance
+        every few dozen cycles; carried a load ahead, one such pass declared a running layout past the
+        cliff and rolled a week's fleet to a shape that could not serve the day (docs/bench.md, History).
+        Contexts that really grow grow in the streams still running first, so the prompt is carried ahead
+        by no more tokens than the working set measured over the same window grows: in tokens, not as a
+        ratio, since a session's own history is what grows and the answer half-way held (and a prefix
+        the cache shares) only dilute the ratio. Unmeasured, the prompt's trend stands alone."""
+        if level is None:
+            return None
+        recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
+        ahead = rising([DemandPoint(p.time, p.tokens) for p in recorded], now, horizon)
+        return 0.0 if ahead is None else max(ahead - level, 0.0)
 
     def warning(self, key: DeploymentKey, now: float, preemption_rate: float | None,
                 policy: WarningPolicy | None = None) -> CliffWarning:
