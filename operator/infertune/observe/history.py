@@ -183,7 +183,8 @@ class PressureHistory:
         cached_total = sum(p.weight for p in cached)
         prompt = sum(p.weight * p.prompt for p in shapes) / total
         if horizon is not None:
-            # A prompt that keeps growing is planned for as it will be one load ahead (never less than now).
+            # A prompt that keeps growing is planned for as it will be one load ahead (never less than now),
+            # by no more tokens than the running streams' measured working set grows meanwhile.
             ahead = rising([DemandPoint(p.time, p.prompt) for p in recorded], obs.sample_time, horizon)
             growth = self._working_set_growth(key, obs.sample_time, horizon, obs.stream_context_tokens)
             if ahead is not None and growth is not None:
