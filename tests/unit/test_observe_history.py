@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterator
 
 import pytest
 
 from infertune.api.observation import MetricsFault, Observation
-from infertune.observe.history import PressureHistory, ShapePoint, shape_window
+from infertune.observe.history import PressureHistory
 from infertune.observe.snapshot import Snapshot
 
 KEY = ("ns", "kimi")
@@ -109,102 +108,6 @@ def test_a_steady_prompt_is_not_planned_as_growing_while_the_running_streams_are
     high = sum(p >= 1.25 * true_mean for p in planned)
     assert high <= len(planned) / 1000, f"{high} of {len(planned)} cycles plan 1.25x the mean or more"
     assert max(planned) < 1.5 * true_mean
-
-
-def quiet_hours(seed: int, median_prompt: Callable[[float], float]) -> Iterator[Observation]:
-    """Two quiet hours of coding traffic, polled every 15 s: zero to three completions a poll, prompts
-    lognormal (sigma 0.5: a spread of 0.53 of their mean) about `median_prompt(t)`, 5-19 streams running."""
-    rng = random.Random(seed)
-    for i in range(480):
-        t, n, running = 15.0 * i, rng.choice([0, 1, 1, 2, 3]), rng.randrange(5, 20)
-        median = median_prompt(t)
-        held = sum(rng.lognormvariate(math.log(median), 0.5) for _ in range(running)) / running
-        prompts = [rng.lognormvariate(math.log(median), 0.5) for _ in range(n)]
-        yield obs(1_000_000.0 + t, sum(prompts) / n if n else 0.0, completions=n / 15.0, running=float(running),
-                  stream_context_tokens=held)
-
-
-LOGNORMAL_SPREAD = math.sqrt(math.exp(0.5 ** 2) - 1)  # 0.53: what the resource declares as contextCV
-
-
-@pytest.mark.parametrize("spread, outside, at_most", [(None, 0.40, 2.0), (LOGNORMAL_SPREAD, 0.04, 1.3)])
-def test_a_quiet_minute_is_not_read_as_the_request_shape(spread: float | None, outside: float, at_most: float):
-    """A 60 s model load on a quiet night, twelve times over. Averaged over one load, the prompt was the
-    mean of a few dozen requests and wandered from 0.4x to 2.3x the true mean: past the KV line one minute,
-    cheap the next (the week with a 60 s load re-laid out 304 times). Averaged back until enough requests
-    finished for the mean to be within 5% (the resource's declared spread), it stays within 15% of the true
-    mean in 96% of cycles and never reaches 1.3x. Without a spread the one-load window stands (the first
-    case shows what it did)."""
-    true_mean, ratios = 80_000 * math.exp(0.5 ** 2 / 2), []
-    for seed in range(12):
-        history = PressureHistory()
-        for i, o in enumerate(quiet_hours(seed, lambda t: 80_000.0)):
-            record(history, o)
-            if i > 60 and i % 2 == 0:
-                settled = history.settled(KEY, o, horizon=60.0, spread=spread)
-                ratios.append((settled.mean_prompt_tokens or 0) / true_mean)
-    off = sum(abs(r - 1.0) > 0.15 for r in ratios) / len(ratios)
-    if spread is None:
-        assert off > outside and max(ratios) > at_most  # the noise the spread's window removes
-    else:
-        assert off <= outside, f"{off:.1%} of cycles plan a prompt more than 15% off the true mean"
-        assert max(ratios) < at_most and min(ratios) > 0.8
-
-
-def test_a_prompt_growing_on_a_quiet_night_is_followed_within_the_noise():
-    """The same quiet hours with prompts growing 40K -> 100K over two hours: the longer window lags a
-    growth its trend cannot tell from the noise, by no more than a tenth of the prompt a load ahead at the
-    median, and never by more than a quarter (one load's mean missed by up to two thirds of it)."""
-    def growing(t: float) -> float:
-        return 40_000.0 + 60_000.0 * t / 7_200.0
-
-    ratios = []
-    for seed in range(12):
-        history = PressureHistory()
-        for i, o in enumerate(quiet_hours(seed, growing)):
-            record(history, o)
-            if i > 60 and i % 2 == 0:
-                ahead = growing(o.sample_time - 1_000_000.0 + 60.0) * math.exp(0.5 ** 2 / 2)
-                ratios.append((history.settled(KEY, o, 60.0, LOGNORMAL_SPREAD).mean_prompt_tokens or 0) / ahead)
-    ratios.sort()
-    assert ratios[len(ratios) // 2] > 0.9 and ratios[0] > 0.75 and ratios[-1] < 1.3
-
-
-def test_no_trend_is_carried_ahead_before_enough_requests_finished_to_know_the_mean():
-    """The first two and a half minutes after the operator starts (a 60 s load): ten polls of one
-    request each, prompts and working set climbing together by chance. Carried a load ahead, that line
-    declared the starting layout past the KV line and rolled the ramp's fleet onto TP8 c=4, held 3.6 hours
-    (docs/bench.md, History). With a spread declared, a trend waits until the mean itself is known."""
-    def poll(t: float, prompt: float, held: float) -> Observation:
-        return obs(t, prompt, completions=1 / 15.0, running=8.0, stream_context_tokens=held)
-
-    history = PressureHistory()
-    for i in range(10):
-        record(history, poll(15.0 * i, 60_000 + 6_000 * i, 60_000 + 6_000 * i))
-    latest = poll(135.0, 114_000, 114_000)
-    mean = sum(60_000 + 6_000 * i for i in range(10)) / 10
-    assert history.settled(KEY, latest, horizon=60.0, spread=0.62).mean_prompt_tokens == pytest.approx(mean)
-    carried = history.settled(KEY, latest, horizon=60.0).mean_prompt_tokens  # one load, no spread: as before
-    assert carried is not None and carried > 114_000
-
-
-def test_the_shape_window_reaches_back_until_enough_requests_finished():
-    def shapes(rate: float) -> list[ShapePoint]:
-        return [ShapePoint(15.0 * i, rate, 80_000.0, 1_000.0, None) for i in range(61)]  # 15 min of polls
-
-    now = 900.0
-    # (0.5 / 0.05)^2 = 100 requests: at 2 a second one 60 s load holds 120 of them, at 0.2 a second 500 s does.
-    assert shape_window(shapes(2.0), now, 60.0, 0.5, 900.0) == (60.0, True)
-    assert shape_window(shapes(0.2), now, 60.0, 0.5, 900.0) == (495.0, True)
-    # Never past the history's horizon, and then the mean is not known well enough for a trend.
-    assert shape_window(shapes(0.01), now, 60.0, 0.5, 900.0) == (900.0, False)
-    assert shape_window(shapes(0.01), now, 60.0, None, 900.0) == (60.0, True)  # no spread declared: one load
-    assert shape_window(shapes(0.01), now, 60.0, math.nan, 900.0) == (60.0, True)
-    assert shape_window(shapes(0.2), now, 1_200.0, 0.5, 900.0) == (1_200.0, True)  # a load past the history
-    # Five minutes in which nothing finished record no shape: that gap is not counted as finishing, so the
-    # window reaches back past it for the 100 requests, 3 a poll: to 780 s rather than 495 s.
-    gappy = [p for p in shapes(0.2) if not 300.0 < p.time < 600.0]
-    assert shape_window(gappy, now, 60.0, 0.5, 900.0) == (780.0, True)
 
 
 @pytest.mark.xfail(strict=True, reason="known: the cached share is averaged over one model load, so a rollout's "

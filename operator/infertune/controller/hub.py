@@ -84,13 +84,12 @@ class MetricsHub:
             self.fit_backlog[key] = (self.fit_backlog.get(key, []) + samples)[-FIT_BACKLOG_MAX:]
 
     # --- what the reconciler reads -----------------------------------------------------------
-    def observation(self, key: Key, horizon: float | None = None, spread: float | None = None) -> Observation | None:
+    def observation(self, key: Key, horizon: float | None = None) -> Observation | None:
         """The resource's Observation from its source's newest snapshot, its request shape averaged
-        over the history's horizon, or over `horizon` and as far back as a request shape of that
-        `spread` needs (observe/history.py); None before the first poll."""
+        over the history's horizon (observe/history.py); None before the first poll."""
         route = self.routes.get(key)
         snapshot = None if route is None else self.snapshots.get(route.source)
-        return None if snapshot is None else self.history.settled(key, snapshot.get(*key), horizon, spread)
+        return None if snapshot is None else self.history.settled(key, snapshot.get(*key), horizon)
 
     def warning(self, key: Key, obs: Observation | None, headroom: float, now: float) -> CliffWarning | None:
         if obs is None or not obs.available:

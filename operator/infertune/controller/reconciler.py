@@ -97,8 +97,7 @@ class Metrics(Protocol):
 
     def expect(self, key: Key, expected: Expected) -> None: ...
 
-    def observation(self, key: Key, horizon: float | None = None,
-                    spread: float | None = None) -> Observation | None: ...
+    def observation(self, key: Key, horizon: float | None = None) -> Observation | None: ...
 
     def warning(self, key: Key, obs: Observation | None, headroom: float, now: float) -> CliffWarning | None: ...
 
@@ -374,11 +373,9 @@ class Reconciler:
         running = self._running(resource, workload)
         limits = _limits(resolved, running)
         self.metrics.expect(key, _expected(workload, limits))
-        # The request shape is averaged over a model load (at least SHAPE_MIN_S), and further back only
-        # as far as its spread needs for a mean to plan on: what the next layout must hold is the
-        # traffic of the next load, not of the last quarter hour, nor the few requests of a quiet minute.
-        obs = self.metrics.observation(key, max(resolved.request.guardrails.model_load_seconds, SHAPE_MIN_S),
-                                       resolved.request.workload.context_cv)
+        # The request shape is averaged over a model load at most (and at least SHAPE_MIN_S): what the
+        # next layout must hold is the traffic of the next load, not of the last quarter hour.
+        obs = self.metrics.observation(key, max(resolved.request.guardrails.model_load_seconds, SHAPE_MIN_S))
         warning = self.metrics.warning(key, obs, resolved.request.kv_headroom, now)
         memory = self._fit_memory(resource)
         samples = self.metrics.take_fit_samples(key, _timestamp((resource.status.get("applied") or {}).get(

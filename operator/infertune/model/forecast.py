@@ -180,14 +180,13 @@ def _recent_bins(points: Sequence[DemandPoint], now: float, horizon_s: float, wi
     return [b for b in binned(points, width) if now - b.time <= max(BURST_WINDOW_BINS * width, 2.0 * horizon_s)]
 
 
-def rising(points: Sequence[DemandPoint], now: float, horizon_s: float, window_s: float = 0.0) -> float | None:
+def rising(points: Sequence[DemandPoint], now: float, horizon_s: float) -> float | None:
     """Any figure's value one `horizon_s` ahead when it rises significantly (the same test as the
-    demand's trend, read over `window_s` when that is longer than the trend's own window), else None:
-    a context that grows is planned for as it will be when a layout ordered now serves."""
+    demand's trend), else None: a context that grows is planned for as it will be when a layout
+    ordered now serves."""
     width = bin_seconds(horizon_s)
-    window = max(TREND_WINDOW_BINS * width, horizon_s, window_s)
-    bins = binned([p for p in points if now - p.time <= window], width)
-    return _trend(bins, now, horizon_s, _level(bins, 0.0), width, window)
+    bins = binned([p for p in points if now - p.time <= max(TREND_WINDOW_BINS * width, horizon_s)], width)
+    return _trend(bins, now, horizon_s, _level(bins, 0.0), width)
 
 
 def _level(bins: Sequence[DemandPoint], current: float) -> float:
@@ -196,9 +195,8 @@ def _level(bins: Sequence[DemandPoint], current: float) -> float:
     return sum(b.rate for b in last) / len(last) if last else current
 
 
-def _trend(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: float, width: float,
-           window_s: float = 0.0) -> float | None:
-    window = max(TREND_WINDOW_BINS * width, horizon_s, window_s)
+def _trend(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: float, width: float) -> float | None:
+    window = max(TREND_WINDOW_BINS * width, horizon_s)
     points = [b for b in bins if now - b.time <= window]
     if len(points) < MIN_TREND_BINS:
         return None

@@ -21,8 +21,6 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from itertools import pairwise
-from statistics import median
 from typing import TypeVar
 
 from infertune.api.observation import Observation
@@ -81,9 +79,6 @@ class StreamContextPoint:
 
 # Fewer running streams than this over the horizon tell too little of the working set to plan on.
 MIN_STREAM_WEIGHT = 4.0
-# The request shape is averaged back until its mean is this close to the true one (one standard error,
-# relative), however short the model load: the mean of the few requests one short load sees is noise.
-SHAPE_RELATIVE_ERROR = 0.05
 
 _Timed = TypeVar("_Timed", PressurePoint, ShapePoint, StreamContextPoint)
 DEMAND_POINTS = 360
@@ -169,36 +164,29 @@ class PressureHistory:
         self._demand.pop(key, None)
         self._arrivals.pop(key, None)
 
-    def settled(self, key: DeploymentKey, obs: Observation, horizon: float | None = None,
-                spread: float | None = None) -> Observation:
+    def settled(self, key: DeploymentKey, obs: Observation, horizon: float | None = None) -> Observation:
         """`obs` with its request shape averaged over the horizon (weighted by completions), or over
         the last `horizon` seconds when that is shorter: a resource whose model loads in 15 s must see
-        its contexts grow within a load, not 15 minutes later. With `spread` (a request's context's
-        standard deviation over its mean), the average reaches further back, up to the history's
-        horizon, until enough requests finished for its mean to be within SHAPE_RELATIVE_ERROR
-        (`shape_window`). As it is when nothing has been recorded, but for the working set per running
-        stream, which is the history's or None."""
+        its contexts grow within a load, not 15 minutes later. As it is when nothing has been recorded,
+        but for the working set per running stream, which is the history's or None."""
         if not obs.available:
             return obs
+        obs = replace(obs, stream_context_tokens=self._stream_context(key, obs, horizon))
         recorded: Sequence[ShapePoint] = self._shapes.get(key) or ()
-        window, known = (None, True) if horizon is None else shape_window(recorded, obs.sample_time, horizon,
-                                                                          spread, self.horizon)
-        obs = replace(obs, stream_context_tokens=self._stream_context(key, obs, window))
         shapes = recorded
-        if window is not None and shapes:
-            shapes = [p for p in shapes if p.time >= obs.sample_time - window]
+        if horizon is not None and shapes:
+            shapes = [p for p in shapes if p.time >= obs.sample_time - horizon]
         if not shapes:
             return obs
         total = sum(p.weight for p in shapes)
         cached = [p for p in shapes if p.cached is not None]
         cached_total = sum(p.weight for p in cached)
         prompt = sum(p.weight * p.prompt for p in shapes) / total
-        if horizon is not None and window is not None and known:
+        if horizon is not None:
             # A prompt that keeps growing is planned for as it will be one load ahead (never less than now),
-            # by no more tokens than the running streams' measured working set grows meanwhile. Until
-            # enough requests have finished for the mean itself to be known, a line through them is noise.
-            ahead = rising([DemandPoint(p.time, p.prompt) for p in recorded], obs.sample_time, horizon, window)
-            growth = self._working_set_growth(key, obs.sample_time, horizon, window, obs.stream_context_tokens)
+            # by no more tokens than the running streams' measured working set grows meanwhile.
+            ahead = rising([DemandPoint(p.time, p.prompt) for p in recorded], obs.sample_time, horizon)
+            growth = self._working_set_growth(key, obs.sample_time, horizon, obs.stream_context_tokens)
             if ahead is not None and growth is not None:
                 ahead = min(ahead, prompt + growth)
             prompt = max(prompt, ahead or 0.0)
@@ -220,11 +208,11 @@ class PressureHistory:
             return None
         return sum(p.running * p.tokens for p in points) / weight
 
-    def _working_set_growth(self, key: DeploymentKey, now: float, load: float, window: float,
+    def _working_set_growth(self, key: DeploymentKey, now: float, horizon: float,
                             level: float | None) -> float | None:
-        """The tokens by which the running streams' measured working set will have grown one `load`
-        ahead of `level`, its mean over the `window` (0 when it shows no significant rise over the
-        window), or None when too few streams ran to tell (`level` None).
+        """The tokens by which the running streams' measured working set will have grown one load ahead
+        of `level`, its mean over the load (0 when it shows no significant rise), or None when too few
+        streams ran to tell (`level` None).
 
         The prompt's trend runs through each poll's mean over the few requests that finished in it, and on
         a quiet night (one to three a poll, heavy-tailed) a line through those passes its test by chance
@@ -237,39 +225,9 @@ class PressureHistory:
         if level is None:
             return None
         recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
-        ahead = rising([DemandPoint(p.time, p.tokens) for p in recorded], now, load, window)
+        ahead = rising([DemandPoint(p.time, p.tokens) for p in recorded], now, horizon)
         return 0.0 if ahead is None else max(ahead - level, 0.0)
 
     def warning(self, key: DeploymentKey, now: float, preemption_rate: float | None,
                 policy: WarningPolicy | None = None) -> CliffWarning:
         return cliff_warning(self.points(key), now, preemption_rate, policy or WarningPolicy())
-
-
-def shape_window(shapes: Sequence[ShapePoint], now: float, load: float, spread: float | None,
-                 longest: float) -> tuple[float, bool]:
-    """Seconds back to average the request shape over, and whether enough requests finished in them:
-    at least one `load`, and further back (up to `longest`) until the requests finished since number
-    (spread / SHAPE_RELATIVE_ERROR)^2, the count whose mean is that close to the true one.
-
-    A layout must hold the traffic of the next load, so the average reaches back one load at most when
-    many requests finish in it. But a 60 s load on a quiet night sees a few dozen coding requests whose
-    prompts spread by 0.6 of their mean, so their mean wanders by 10% and more from one minute to the
-    next; read as the shape, it tore a running layout down as past the KV line and rolled it back
-    minutes later, hundreds of times a week (docs/bench.md, History). A rising shape is still planned
-    for as it will be one load ahead: its trend is read over the same longer window. Without a spread
-    declared, one load, as known."""
-    if spread is None or not math.isfinite(spread) or spread <= 0 or load >= longest:
-        return load, True
-    needed = (spread / SHAPE_RELATIVE_ERROR) ** 2
-    times = [p.time for p in shapes]
-    gaps = [newer - older for older, newer in pairwise(times) if newer > older]
-    # A poll's completion rate covers the poll interval before it; a poll in which nothing finished
-    # records no shape, so a longer gap between two shapes is not counted as finishing.
-    interval = median(gaps) if gaps else 0.0
-    finished = 0.0
-    for i in range(len(shapes) - 1, -1, -1):
-        point = shapes[i]
-        finished += point.weight * (min(point.time - times[i - 1], interval) if i > 0 else interval)
-        if now - point.time >= load and finished >= needed:
-            return min(now - point.time, longest), True
-    return longest, False
