@@ -481,6 +481,38 @@ def test_a_move_for_cost_alone_sheds_no_pod_the_window_remembers():
     assert needed_now is not None and d.rollout.kept >= needed_now.replicas and d.rollout.peak_gpus <= 64
 
 
+def _steady(rate: float, seconds: float) -> list[DemandPoint]:
+    return [DemandPoint(NOW - seconds + t, rate) for t in range(0, int(seconds), 15)]
+
+
+def test_a_cost_move_on_a_pool_its_own_shape_fills_sheds_only_the_headroom_once_the_forecast_is_settled():
+    # A hint sized the running shape for another traffic: its own pods, with the burst headroom and
+    # the window's memory, fill the pool, so it never scales down to make room, and a surge pod fits
+    # beside none of them. Once the forecast's bursts read their whole window, the move keeps what the
+    # forecast needs (and the window remembers) net of the headroom, none given up before its
+    # replacement serves; while the forecast rests on the first minutes it keeps waiting.
+    running = Layout(4, 5, 16)
+    remembered = PlannerState(applied=running, recent_recommendations=((NOW - 100, 16),))
+    rate = 3.2
+    seen = fresh(rate)
+    for seconds, settled in ((RAILS.model_load_seconds, False), (3 * RAILS.model_load_seconds, True)):
+        look = outlook(rate, _steady(rate, seconds), None, NOW, RAILS.model_load_seconds, _steady(rate, seconds))
+        p = plan(request(rate), seen, NOW, look)
+        assert p.sizing.forecast_settled is settled
+        assert p.layout is not None and not p.layout.same_shape(running) and p.layout.gpus < running.gpus
+        needs = p.sized(running)
+        assert needs is not None and needs.gpus >= 60  # no room beside its own pods and the window's 16
+        d = decide(p, remembered, seen, RAILS, NOW)
+        if not settled:
+            assert d.action is Action.HOLD and d.reason is DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY
+            continue
+        assert d.action is Action.RELAYOUT and d.rollout is not None
+        assert d.rollout.max_unavailable == 0 and d.rollout.peak_gpus <= 64
+        forecast_needs = p.sized(running, demand_rps=p.demand_rps)
+        assert forecast_needs is not None and d.rollout.kept >= forecast_needs.replicas
+        assert d.rollout.kept >= int(16 * p.demand_rps / p.sizing.demand_rps) and d.rollout.kept < needs.replicas
+
+
 def test_a_scale_up_mid_rollout_leaves_room_for_the_old_pods_of_another_tp():
     # 7 TP8 pods (56 GPUs) roll into TP4: a scale-up of the TP4 count while they still serve must leave
     # them their GPUs, or new pods stay Pending while the old ones wait for them: stalled for good.

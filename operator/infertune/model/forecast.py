@@ -142,6 +142,9 @@ class DemandOutlook:
     # which the demand counts (its drain rate), so that while one lasts the demand's own level sits above
     # what arrives, and a burst's reading below it.
     arrival_level: float | None = None
+    # The burst quantile reads its whole window (the recent bins reach back as far as it looks): the bursts
+    # of the last two model loads at least are in the figure, not only those of the first minutes.
+    full_window: bool = False
 
     @property
     def sized(self) -> float:
@@ -172,12 +175,17 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
             seasonal = level * min(there / here, MAX_GROWTH)
     arrived = _recent_bins(arrivals, now, horizon_s, width)
     arrival_level = _level(arrived, 0.0) if len(arrived) >= MIN_BURST_BINS else None
-    return DemandOutlook(current, burst, trend, seasonal, horizon_s, arrival_level)
+    full = bool(bins) and now - bins[0].time >= _burst_window_s(horizon_s, width) - width
+    return DemandOutlook(current, burst, trend, seasonal, horizon_s, arrival_level, full)
+
+
+def _burst_window_s(horizon_s: float, width: float) -> float:
+    return max(BURST_WINDOW_BINS * width, 2.0 * horizon_s)
 
 
 def _recent_bins(points: Sequence[DemandPoint], now: float, horizon_s: float, width: float) -> list[DemandPoint]:
     """The bins the burst quantile and the level look at: the last BURST_WINDOW_BINS, or two loads."""
-    return [b for b in binned(points, width) if now - b.time <= max(BURST_WINDOW_BINS * width, 2.0 * horizon_s)]
+    return [b for b in binned(points, width) if now - b.time <= _burst_window_s(horizon_s, width)]
 
 
 def rising(points: Sequence[DemandPoint], now: float, horizon_s: float) -> float | None:

@@ -129,8 +129,8 @@ def check_relayout_keeps_capacity(ctx: _Context) -> Check:
         return _ok("relayout-capacity")
     assert ctx.applied is not None and ctx.proposed is not None
     waits = ("" if ctx.slo_missed or not _fills_pool(ctx.plan, ctx.applied) else
-             "; a move for cost alone sheds none of the pods the headroom, the forecast and the stabilisation "
-             "window want, so it waits for the running shape to scale down")
+             "; a move for cost alone keeps the pods the forecast and the stabilisation window want, and sheds "
+             "the burst headroom only once the forecast's bursts read their whole window, so it waits")
     return _hold("relayout-capacity", DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
                  f"rolling {ctx.applied.replicas} x TP{ctx.applied.tensor_parallel_size} into "
                  f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} while keeping the "
@@ -573,19 +573,37 @@ def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, ra
 def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None,
                    unsafe: bool) -> int | None:
     """The fewest old pods a rollout may keep when the pool cannot hold `kept` of them beside a new
-    one: what the demand measured now (no headroom, no forecast) needs of the running shape. Only
-    when the running shape fills the pool: it could never be left otherwise, while a shape with room
-    to grow keeps every pod the demand wants (a displaced session re-sends its whole context to a
-    cold pod, so a rollout that sheds pods costs more than their count). And only when the running
-    shape has to go: it is unsafe or misses the SLO. A move for cost alone sheds nothing the forecast
-    wants kept, since the demand it gives up the headroom for may arrive during the rollout's loads."""
+    one. Only when the running shape fills the pool: it could never be left otherwise, while a shape
+    with room to grow keeps every pod the demand wants (a displaced session re-sends its whole context
+    to a cold pod, so a rollout that sheds pods costs more than their count).
+
+    A running shape that has to go (unsafe, or missing the SLO) keeps what the demand measured now
+    needs of it. A move for cost alone keeps what the forecast needs (the recent bursts, the trend
+    and the season one model load ahead) and what the stabilisation window remembers, and sheds only
+    the standing burst headroom, for the rollout's loads: a demand that may arrive during them is what
+    the forecast covers, and a shape the forecast's own pods fill the pool with (a hint that sized it
+    for another traffic) would otherwise never make room to be left."""
     measured = None if observation is None or not observation.available else observation.demand_rate
     if kept is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
         return None
-    if not unsafe and not _slo_missed(plan, observation):
+    if unsafe or _slo_missed(plan, observation):
+        now = plan.sized(applied, over_line=True, demand_rps=measured)
+        return None if now is None else now.replicas
+    return _kept_for_cost(plan, applied, kept)
+
+
+def _kept_for_cost(plan: Plan, applied: Layout, kept: int) -> int | None:
+    """The old pods a move for cost alone keeps on a full pool: what the forecast needs of the running
+    shape, and `kept` (the window's memory, sized with the headroom) net of the headroom. None (every
+    pod `kept`) until the forecast's bursts read their whole window: the first minutes' figures are a few
+    polls, and a trend they miss outgrows the pods kept (random seed 110, docs/bench.md)."""
+    forecast, with_headroom = plan.demand_rps, plan.sizing.demand_rps
+    if forecast is None or with_headroom is None or forecast <= 0 or not plan.sizing.forecast_settled:
         return None
-    now = plan.sized(applied, over_line=True, demand_rps=measured)
-    return None if now is None else now.replicas
+    wanted = plan.sized(applied, demand_rps=forecast)
+    if wanted is None:
+        return None
+    return max(wanted.replicas, math.floor(kept * forecast / with_headroom))
 
 
 def _kept(plan: Plan, state: PlannerState, applied: Layout, current: Layout | None, unsafe: bool,

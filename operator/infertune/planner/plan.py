@@ -30,6 +30,9 @@ class Sizing:
     # burst, forecast or queue on top: what a decision that costs serving pods for a model load is judged
     # on. None: no history.
     level_rps: float | None = None
+    # The forecast's burst figure reads its whole window (model/forecast.py): what shedding the standing
+    # headroom for a rollout's loads rests on.
+    forecast_settled: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,8 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
 def _sizing(request: PlanRequest, demand: float | None, outlook: DemandOutlook | None) -> Sizing:
     wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
     level = None if outlook is None else outlook.arrival_level
-    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level)
+    settled = outlook is not None and outlook.full_window and outlook.burst is not None
+    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level, settled)
 
 
 def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
