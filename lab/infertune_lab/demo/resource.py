@@ -26,11 +26,15 @@ POLICIES = ROOT / "policies"
 
 @dataclass(frozen=True)
 class Compression:
-    """How the demo shortens time. Real: 900 s load, 30 s cycles, 1 m / 5 m / 30 m cooldowns."""
+    """How the demo shortens time. Real: 900 s load, 30 s cycles, 1 m / 5 m / 30 m cooldowns.
+
+    The scale-up cooldown is a fifteenth of a real load; compressed less than the load it would make
+    each scale-up of a spike wait most of one, a lag production does not have (docs/demo.md), so it
+    is the tuning interval here."""
 
     startup_seconds: int = 15
     interval: str = "2s"
-    scale_up: str = "10s"
+    scale_up: str = "2s"
     scale_down: str = "30s"
     relayout: str = "30s"
     stabilization: str = "20s"

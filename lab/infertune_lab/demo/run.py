@@ -44,7 +44,7 @@ class Profile:
 
 def profile(fast_run: bool, seed: int = 0) -> Profile:
     if fast_run:
-        compression = Compression(startup_seconds=5, interval="1s", scale_up="3s", scale_down="10s",
+        compression = Compression(startup_seconds=5, interval="1s", scale_up="1s", scale_down="10s",
                                   relayout="5s", stabilization="5s", stale_after="15s")
         return Profile(fast(), compression, StackSettings(load_delay=5, window="10s", seed=seed))
     compression = Compression()
