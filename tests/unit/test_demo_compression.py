@@ -4,12 +4,20 @@ climbs a spike one pod per load (docs/demo.md, "Time is compressed")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from infertune.api.quantities import parse_duration
 from infertune_lab.demo.run import profile
 
-REAL_LOAD_S, REAL_SCALE_UP_S = 900.0, 60.0  # the example's startupSeconds, the coding-agent policy's
+ROOT = Path(__file__).resolve().parents[2]
+# Production's ratio: the example's model load, and the scale-up cooldown of the policy it names.
+EXAMPLE = yaml.safe_load((ROOT / "examples/kimi-k2.6-b200.yaml").read_text())["spec"]
+POLICY = yaml.safe_load((ROOT / f"policies/{EXAMPLE['policyRef']['name']}.yaml").read_text())["spec"]
+REAL_LOAD_S = float(EXAMPLE["engine"]["startupSeconds"])
+REAL_SCALE_UP_S = parse_duration(POLICY["tuning"]["cooldowns"]["scaleUp"])
 
 
 @pytest.mark.parametrize("fast_run", [False, True])
