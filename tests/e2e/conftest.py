@@ -4,12 +4,17 @@ with time compressed as in `infertune demo --fast`."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+import urllib.error
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from infertune.api.quantities import parse_duration
 from infertune.planner.types import SloTarget
 from infertune_lab.demo.cluster import DEPLOYMENTS
 from infertune_lab.demo.measure import Recorder
@@ -70,8 +75,24 @@ class Loop:
 
 @pytest.fixture
 async def loop(prometheus: PrometheusProcess) -> AsyncIterator[Loop]:
-    async with DemoStack(profile(fast_run=True).settings, prometheus) as stack:
+    settings = profile(fast_run=True).settings
+    # The tests share one Prometheus and the demo's names: the last test's pods stay in a rate() window
+    # after they are gone, and a Recommend test that ends overloaded would read as this test's first
+    # TTFT (a scale-up before any traffic). Each test starts once that window holds nothing of theirs.
+    await _window_clear(prometheus, parse_duration(settings.window))
+    async with DemoStack(settings, prometheus) as stack:
         yield Loop(stack)
+
+
+async def _window_clear(prometheus: PrometheusProcess, window_s: float, timeout: float = 60.0) -> None:
+    selector = f'count(count_over_time({{__name__=~"vllm:.+"}}[{window_s + 2.0:g}s]))'
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, urllib.error.URLError):
+            if not prometheus.query(selector):
+                return
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"the last test's series are still in a {window_s:g} s rate window after {timeout:g} s")
 
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
