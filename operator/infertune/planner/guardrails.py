@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from infertune.api.observation import MetricsFault, Observation
-from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.candidates import KV_RISK
+from infertune.planner.keep import fills_pool, giving_way_rollout, kept_at_least, pods_kept
 from infertune.planner.plan import Plan
-from infertune.planner.rollout import Demand, Rollout, giving_way, peak_gpus, reachable
-from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState
+from infertune.planner.rollout import Rollout, peak_gpus, reachable
+from infertune.planner.running import applied_unsafe, past_cliff, roomier, slo_missed
+from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState, stabilization_window
 
 # A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
 # guardrail's.
@@ -128,7 +129,7 @@ def check_relayout_keeps_capacity(ctx: _Context) -> Check:
     if not _is_relayout(ctx) or ctx.rollout is not None or ctx.applied_unsafe:
         return _ok("relayout-capacity")
     assert ctx.applied is not None and ctx.proposed is not None
-    waits = ("" if ctx.slo_missed or not _fills_pool(ctx.plan, ctx.applied) else
+    waits = ("" if ctx.slo_missed or not fills_pool(ctx.plan, ctx.applied) else
              "; a move for cost alone keeps the pods the forecast and the stabilisation window want, and sheds "
              "the burst headroom only once the forecast's bursts read their whole window, so it waits")
     return _hold("relayout-capacity", DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
@@ -177,7 +178,7 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
     reason: it costs capacity on the way, and right after a re-layout the cold caches of the sessions it
     moved make any shape look outgrown."""
     gives_way = ctx.rollout is not None and ctx.rollout.max_unavailable > 0
-    urgent = ctx.applied_unsafe and (ctx.over_line or _past_cliff(ctx.observation))
+    urgent = ctx.applied_unsafe and (ctx.over_line or past_cliff(ctx.observation))
     if not _is_relayout(ctx) or (urgent and not gives_way):
         return _ok("relayout-cooldown")
     waited = _since(ctx.state.last_relayout_at, ctx.now)
@@ -205,7 +206,7 @@ def check_working_set_measured(ctx: _Context) -> Check:
             or (ctx.rollout is not None and ctx.rollout.max_unavailable > 0)):
         return _ok("working-set-measured")
     assert ctx.applied is not None
-    if _roomier(ctx.proposed, ctx.applied):
+    if roomier(ctx.proposed, ctx.applied):
         return _ok("working-set-measured")
     risk = ctx.plan.kv_risk_measured(ctx.proposed, measured)
     if risk is None or risk <= KV_RISK:
@@ -292,12 +293,6 @@ def check_scale_cooldowns(ctx: _Context) -> Check:
     return _ok("scale-cooldown")
 
 
-def stabilization_window(rails: Guardrails) -> float:
-    """HPA's window, but never shorter than a model load: a replica released on a dip takes that long
-    to come back, so only demand that stayed low for as long is worth releasing it for."""
-    return max(rails.scale_down_stabilization_s, rails.model_load_seconds)
-
-
 def check_scale_down_stabilised(ctx: _Context) -> Check:
     """HPA's rule: scale down only to the highest count recommended within the window."""
     if _is_relayout(ctx) or ctx.applied is None or ctx.proposed is None:
@@ -348,58 +343,6 @@ def _price(ctx: _Context) -> float:
         return 0.0
     # $/M x tokens/s x 3600 / 1e6 / GPUs recovers the price per GPU-hour the plan used.
     return choice.cost_per_million_tokens * choice.processed_tps * 3600.0 / 1e6 / choice.tp
-
-
-def _past_cliff(obs: Observation | None) -> bool:
-    if obs is None or not obs.available:
-        return False
-    return _preempting_or_full(obs.preemption_rate, obs.kv_usage)
-
-
-def _preempting_or_full(preemption_rate: float | None, kv_usage: float | None) -> bool:
-    """The engine's word that it is past the cliff: it preempts, or its KV use is at the cliff's."""
-    return (preemption_rate or 0.0) > 0 or (kv_usage is not None and kv_usage >= CLIFF_USAGE)
-
-
-def _staying_past_cliff(applied: Layout, obs: Observation, running_rps: float) -> float:
-    """Requests/s the running pods carry while the engine reports some of them past the cliff: a pod
-    preempting, or at the cliff's KV use, what it completes now (measured: its throughput is what the
-    recompute leaves), every other pod what it carries flat out. The fleet's figures are the fullest
-    pod's, and one pod holding the longest sessions is not a fleet that serves nothing. Without per-pod
-    figures nothing is counted on; past the running count, the pods past the cliff are counted first."""
-    past = [rep for rep in obs.replicas if _preempting_or_full(rep.preemption_rate, rep.kv_usage)][:applied.replicas]
-    below = min(len(obs.replicas) - len(past), applied.replicas - len(past))
-    completing = [min(max(rep.completion_rate, 0.0), running_rps) for rep in past
-                  if rep.completion_rate is not None and math.isfinite(rep.completion_rate)]
-    return below * running_rps + sum(completing)
-
-
-def _too_slow(plan: Plan, obs: Observation | None) -> bool:
-    floor = plan.table.min_stream_tps
-    tps = obs.stream_tps if obs is not None and obs.available else None
-    return floor is not None and tps is not None and tps < floor
-
-
-def _slo_missed(plan: Plan, obs: Observation | None) -> bool:
-    limit = plan.table.max_ttft_seconds
-    ttft = obs.ttft_at(plan.table.ttft_percentile) if obs is not None and obs.available else None
-    return _too_slow(plan, obs) or (limit is not None and ttft is not None and ttft > limit)
-
-
-def _roomier(proposed: Layout | None, applied: Layout) -> bool:
-    """More KV pool per stream (the pool grows with TP): a move away from the cliff."""
-    return proposed is not None and (proposed.tensor_parallel_size * applied.max_num_seqs
-                                     > applied.tensor_parallel_size * proposed.max_num_seqs)
-
-
-def _applied_unsafe(plan: Plan, applied: Layout | None, current: Layout | None, obs: Observation | None) -> bool:
-    if applied is None:
-        return False
-    if current is None:
-        return True  # by the model, the running shape's working set crosses the KV line
-    # The engine's own figures overrule the model only for a move that gives each stream more room:
-    # a TTFT miss, or preemptions from overload, are fixed by replicas, not by a restart.
-    return (_past_cliff(obs) or _too_slow(plan, obs)) and _roomier(plan.layout, applied)
 
 
 def _stabilised(ctx: _Context) -> _Context:
@@ -491,21 +434,21 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
            now: float) -> Decision:
     applied = state.applied
     current = None if applied is None else plan.sized(applied)
-    unsafe = _applied_unsafe(plan, applied, current, observation)
+    unsafe = applied_unsafe(plan, applied, current, observation)
     proposed, rollout = plan.layout, None
     if applied is not None and proposed is not None and not applied.same_shape(proposed):
-        kept = _kept(plan, state, applied, current, unsafe, guardrails, now)
+        kept = pods_kept(plan, state, applied, current, unsafe, guardrails, now)
         rollout = reachable(plan, applied, running_safe=not unsafe, keep=kept,
                             load_seconds=guardrails.model_load_seconds,
-                            keep_at_least=_kept_at_least(plan, applied, kept, observation, unsafe))
-        if rollout is None and unsafe and _past_cliff(observation) and not _fills_pool(plan, applied):
+                            keep_at_least=kept_at_least(plan, applied, kept, observation, unsafe))
+        if rollout is None and unsafe and past_cliff(observation) and not fills_pool(plan, applied):
             # The engine preempts: the shape goes even if the pods it keeps meanwhile serve less than the
             # demand, but only by a rollout the pool holds (a Pending surge pod stalls it for good). On a
             # full pool that sheds pods for every wave's load, so it is weighed against staying instead
             # (giving way, below): pods past the cliff still complete what they measurably complete.
             rollout = reachable(plan, applied, running_safe=False, keep=0, load_seconds=guardrails.model_load_seconds)
         if rollout is None:
-            rollout = _giving_way(plan, applied, observation, guardrails)
+            rollout = giving_way_rollout(plan, applied, observation, guardrails)
         if rollout is not None:
             proposed = rollout.planned
         elif unsafe:
@@ -513,7 +456,7 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
             # its working set thinner.
             current, unsafe = plan.sized(applied, over_line=True), False
     ctx = _Context(plan, state, observation, guardrails, now, proposed, applied, unsafe,
-                   None if unsafe else current, _slo_missed(plan, observation), rollout,
+                   None if unsafe else current, slo_missed(plan, observation), rollout,
                    over_line=applied is not None and current is None)
     checks: list[Check] = []
     held = _chain(ctx, checks)
@@ -532,92 +475,6 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
     shape = f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs}"
     return replace(scaled, recommended=plan.layout, running_wanted=ctx.current.replicas,
                    message=f"{scaled.message}, keeping {shape} ({held.reason}: {held.message})")
-
-
-def _fills_pool(plan: Plan, applied: Layout) -> bool:
-    """The pool has no room for one more pod of the running shape."""
-    pool = plan.sizing.pool_gpus
-    return pool is not None and applied.gpus + applied.tensor_parallel_size > pool
-
-
-def _giving_way(plan: Plan, applied: Layout, observation: Observation | None, rails: Guardrails) -> Rollout | None:
-    """The plan's own shape by a rollout that gives old pods up before their replacements serve, for a running
-    shape that fills the pool and cannot stay: the engine reports it past the cliff, or it misses the SLO,
-    and staying queues more of the requests arriving (at the lower of the rate now and the arrival level of
-    the last few minutes, arrivals alone, a queue not counted) and waiting now than the rollout's dip does,
-    over the re-layout horizon past its end. The model's word alone never costs serving pods. None without
-    an arrival rate, without an arrival level for a miss, or when the shape can stay."""
-    arriving = None if observation is None or not observation.available else observation.arrival_rate
-    chosen, pool = plan.layout, plan.sizing.pool_gpus
-    if chosen is None or pool is None or arriving is None or arriving <= 0 or not _fills_pool(plan, applied):
-        return None
-    running_rps, chosen_rps = plan.replica_peak_rps(applied), plan.replica_peak_rps(chosen)
-    if running_rps is None or chosen_rps is None:
-        return None
-    # What staying carries: past the cliff, the pods there what they complete now (their throughput
-    # collapses), the others what they carry flat out; an outgrown shape, what all its pods carry flat
-    # out, against a demand that held for the last few minutes (a burst's reading, or a few polls, are no
-    # reason to give pods up).
-    assert observation is not None  # `arriving` came from it
-    if _past_cliff(observation):
-        staying = _staying_past_cliff(applied, observation, running_rps)
-    elif _slo_missed(plan, observation) and plan.sizing.level_rps is not None:
-        staying, arriving = applied.replicas * running_rps, min(arriving, plan.sizing.level_rps)
-    else:
-        return None
-    demand = Demand(arriving, max(observation.waiting or 0.0, 0.0))
-    return giving_way(applied, chosen, pool, rails.model_load_seconds, running_rps, chosen_rps, demand, staying,
-                      rails.relayout_horizon_s)
-
-
-def _kept_at_least(plan: Plan, applied: Layout, kept: int | None, observation: Observation | None,
-                   unsafe: bool) -> int | None:
-    """The fewest old pods a rollout may keep when the pool cannot hold `kept` of them beside a new
-    one. Only when the running shape fills the pool: it could never be left otherwise, while a shape
-    with room to grow keeps every pod the demand wants (a displaced session re-sends its whole context
-    to a cold pod, so a rollout that sheds pods costs more than their count).
-
-    A running shape that has to go (unsafe, or missing the SLO) keeps what the demand measured now
-    needs of it. A move for cost alone keeps what the forecast needs (the recent bursts, the trend
-    and the season one model load ahead) and what the stabilisation window remembers, and sheds only
-    the standing burst headroom, for the rollout's loads: a demand that may arrive during them is what
-    the forecast covers, and a shape the forecast's own pods fill the pool with (a hint that sized it
-    for another traffic) would otherwise never make room to be left."""
-    measured = None if observation is None or not observation.available else observation.demand_rate
-    if kept is None or measured is None or measured <= 0 or not _fills_pool(plan, applied):
-        return None
-    if unsafe or _slo_missed(plan, observation):
-        now = plan.sized(applied, over_line=True, demand_rps=measured)
-        return None if now is None else now.replicas
-    return _kept_for_cost(plan, applied, kept)
-
-
-def _kept_for_cost(plan: Plan, applied: Layout, kept: int) -> int | None:
-    """The old pods a move for cost alone keeps on a full pool: what the forecast needs of the running
-    shape, and `kept` (the window's memory, sized with the headroom) net of the headroom. None (every
-    pod `kept`) until the forecast's bursts read their whole window: the first minutes' figures are a few
-    polls, and a trend they miss outgrows the pods kept (random seed 110, docs/bench.md)."""
-    forecast, with_headroom = plan.demand_rps, plan.sizing.demand_rps
-    if forecast is None or with_headroom is None or forecast <= 0 or not plan.sizing.forecast_settled:
-        return None
-    wanted = plan.sized(applied, demand_rps=forecast)
-    if wanted is None:
-        return None
-    return max(wanted.replicas, math.floor(kept * forecast / with_headroom))
-
-
-def _kept(plan: Plan, state: PlannerState, applied: Layout, current: Layout | None, unsafe: bool,
-          rails: Guardrails, now: float) -> int | None:
-    """Old pods a re-layout keeps serving until new ones replace them: what the demand wants of the
-    running shape, never below what the stabilisation window remembers. Every pod (None) when that
-    count cannot be trusted: the model no longer sizes the shape, or there is no demand figure."""
-    if unsafe or current is None or plan.sizing.demand_rps is None:
-        return None
-    span = stabilization_window(rails)
-    remembered = [r for t, r in state.recent_recommendations if now - t <= span]
-    if not state.recent_recommendations:
-        remembered.append(applied.replicas)
-    return max([current.replicas, *remembered])
 
 
 def next_state(state: PlannerState, decision: Decision, rails: Guardrails, applied: bool = True) -> PlannerState:

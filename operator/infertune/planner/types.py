@@ -39,6 +39,12 @@ class Guardrails:
     stale_after_s: float = 120.0
 
 
+def stabilization_window(rails: Guardrails) -> float:
+    """HPA's window, but never shorter than a model load: a replica released on a dip takes that long
+    to come back, so only demand that stayed low for as long is worth releasing it for."""
+    return max(rails.scale_down_stabilization_s, rails.model_load_seconds)
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     model: ModelProfile

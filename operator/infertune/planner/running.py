@@ -1,0 +1,68 @@
+"""What the engine's own figures say of the running shape: past the cliff, too slow, the SLO missed.
+
+The model judges layouts before they run; these judge what runs, on what the fleet reports. They
+overrule the model only where it matters (planner/guardrails.py): a running shape the engine reports
+past the cliff or decoding below the floor may go for a roomier one, and a miss skips the scale-up
+cooldown.
+"""
+
+from __future__ import annotations
+
+import math
+
+from infertune.api.observation import Observation
+from infertune.model.early_warning import CLIFF_USAGE
+from infertune.planner.plan import Plan
+from infertune.planner.types import Layout
+
+
+def past_cliff(obs: Observation | None) -> bool:
+    if obs is None or not obs.available:
+        return False
+    return preempting_or_full(obs.preemption_rate, obs.kv_usage)
+
+
+def preempting_or_full(preemption_rate: float | None, kv_usage: float | None) -> bool:
+    """The engine's word that it is past the cliff: it preempts, or its KV use is at the cliff's."""
+    return (preemption_rate or 0.0) > 0 or (kv_usage is not None and kv_usage >= CLIFF_USAGE)
+
+
+def staying_past_cliff(applied: Layout, obs: Observation, running_rps: float) -> float:
+    """Requests/s the running pods carry while the engine reports some of them past the cliff: a pod
+    preempting, or at the cliff's KV use, what it completes now (measured: its throughput is what the
+    recompute leaves), every other pod what it carries flat out. The fleet's figures are the fullest
+    pod's, and one pod holding the longest sessions is not a fleet that serves nothing. Without per-pod
+    figures nothing is counted on; past the running count, the pods past the cliff are counted first."""
+    past = [rep for rep in obs.replicas if preempting_or_full(rep.preemption_rate, rep.kv_usage)][:applied.replicas]
+    below = min(len(obs.replicas) - len(past), applied.replicas - len(past))
+    completing = [min(max(rep.completion_rate, 0.0), running_rps) for rep in past
+                  if rep.completion_rate is not None and math.isfinite(rep.completion_rate)]
+    return below * running_rps + sum(completing)
+
+
+def too_slow(plan: Plan, obs: Observation | None) -> bool:
+    floor = plan.table.min_stream_tps
+    tps = obs.stream_tps if obs is not None and obs.available else None
+    return floor is not None and tps is not None and tps < floor
+
+
+def slo_missed(plan: Plan, obs: Observation | None) -> bool:
+    limit = plan.table.max_ttft_seconds
+    ttft = obs.ttft_at(plan.table.ttft_percentile) if obs is not None and obs.available else None
+    return too_slow(plan, obs) or (limit is not None and ttft is not None and ttft > limit)
+
+
+def roomier(proposed: Layout | None, applied: Layout) -> bool:
+    """More KV pool per stream (the pool grows with TP): a move away from the cliff."""
+    return proposed is not None and (proposed.tensor_parallel_size * applied.max_num_seqs
+                                     > applied.tensor_parallel_size * proposed.max_num_seqs)
+
+
+def applied_unsafe(plan: Plan, applied: Layout | None, current: Layout | None, obs: Observation | None) -> bool:
+    if applied is None:
+        return False
+    if current is None:
+        return True  # by the model, the running shape's working set crosses the KV line
+    # The engine's own figures overrule the model only for a move that gives each stream more room:
+    # a TTFT miss, or preemptions from overload, are fixed by replicas, not by a restart.
+    return (past_cliff(obs) or too_slow(plan, obs)) and roomier(plan.layout, applied)
