@@ -106,7 +106,8 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     workload = inp.workload
     state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
                     rollout_surge=1 if workload is None else workload.max_surge,
-                    rollout_unavailable=0 if workload is None else workload.max_unavailable)
+                    rollout_unavailable=0 if workload is None else workload.max_unavailable,
+                    ready_replicas=None if workload is None else workload.ready)
     current = None if inp.observation is None else inp.observation.demand_rate
     look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
                                                 request.guardrails.model_load_seconds, inp.arrival_points)

@@ -132,6 +132,9 @@ def check_relayout_keeps_capacity(ctx: _Context) -> Check:
     waits = ("" if ctx.slo_missed or not fills_pool(ctx.plan, ctx.applied) else
              "; a move for cost alone keeps the pods the forecast and the stabilisation window want, and sheds "
              "the burst headroom only once the forecast's bursts read their whole window, so it waits")
+    if _scale_up_loading(ctx.state, ctx.rails, ctx.now):
+        waits += (f"; {ctx.applied.replicas - (ctx.state.ready_replicas or 0)} pod(s) of the last scale-up still "
+                  f"load, and no pod is given up before they serve")
     return _hold("relayout-capacity", DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
                  f"rolling {ctx.applied.replicas} x TP{ctx.applied.tensor_parallel_size} into "
                  f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} while keeping the "
@@ -375,6 +378,16 @@ def _rolled(ctx: _Context, proposed: Layout) -> tuple[Layout, str]:
                             f"needs serve until new ones are ready (the extra ones go once the rollout is over)")
 
 
+def _scale_up_loading(state: PlannerState, rails: Guardrails, now: float) -> bool:
+    """Pods of the last scale-up still load: fewer pods are ready than the running shape's count, outside
+    a rollout, within two model loads of the scale-up (a pod unready for longer is not coming soon). They
+    serve within a load, and a rollout started now would replace them first (a Deployment removes
+    unready old pods before ready ones) with pods that serve a load later."""
+    applied, ready = state.applied, state.ready_replicas
+    return (not state.rolling_out and applied is not None and ready is not None and ready < applied.replicas
+            and _since(state.last_scale_up_at, now) < 2 * rails.model_load_seconds)
+
+
 def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
     delta = max(-max_step, min(max_step, proposed.replicas - applied.replicas))
     return replace(proposed, replicas=applied.replicas + delta)
@@ -447,7 +460,9 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
             # full pool that sheds pods for every wave's load, so it is weighed against staying instead
             # (giving way, below): pods past the cliff still complete what they measurably complete.
             rollout = reachable(plan, applied, running_safe=False, keep=0, load_seconds=guardrails.model_load_seconds)
-        if rollout is None:
+        if rollout is None and not _scale_up_loading(state, guardrails, now):
+            # Giving way weighs the running pods' capacity against the rollout's; with some still
+            # loading, staying gains them within a load, while the rollout would cancel them.
             rollout = giving_way_rollout(plan, applied, observation, guardrails)
         if rollout is not None:
             proposed = rollout.planned

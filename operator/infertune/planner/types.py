@@ -145,3 +145,5 @@ class PlannerState:
     # The shape the last re-layout rolled from, at the old pods it kept: while it rolls, those pods hold
     # their GPUs beside the new ones, so a scale-up must leave them room (persisted in status).
     rolled_from: Layout | None = None
+    # The workload's ready pods, read from it every cycle (not persisted); None when unknown.
+    ready_replicas: int | None = None
