@@ -54,6 +54,7 @@ def strict_json(text: str) -> Any:
     (["bench", "--duration", "nan"], "--duration"),
     (["bench", "--startup-seconds", "inf"], "--startup-seconds"),
     (["bench", "--pool-gpus", "1.5"], "--pool-gpus"),
+    (["bench", "--pool-gpus", "3"], "--pool-gpus"),  # under the example's smallest layout (TP4)
     (["observe", "--source", "pods", "--targets", "h:1", "--timeout", "0"], "--timeout"),
     (["render", "-f", "examples/kimi-k2.6-b200.yaml", "--replicas", "-1"], "--replicas"),
 ])

@@ -82,8 +82,14 @@ def bench_resource(pool_gpus: int, startup_seconds: float | None = None,
     spec = doc["spec"]
     if burst_headroom_percent is not None:
         spec["tuning"]["burstHeadroomPercent"] = burst_headroom_percent
+    smallest = min(spec["tuning"]["tensorParallelSizes"])
+    if pool_gpus < smallest:
+        # Said here in the flag's terms: the resource's own check would name replicas.max, a field
+        # the user never wrote.
+        raise UserError(f"--pool-gpus {pool_gpus}: the example's smallest layout is TP{smallest}, so the pool "
+                        f"needs at least {smallest} GPUs")
     spec["hardware"]["poolGpus"] = pool_gpus
-    spec["tuning"]["replicas"]["max"] = pool_gpus // min(spec["tuning"]["tensorParallelSizes"])
+    spec["tuning"]["replicas"]["max"] = pool_gpus // smallest
     spec["metrics"] = {"source": "Pods"}
     if startup_seconds is not None:
         spec["engine"]["startupSeconds"] = round(startup_seconds)
