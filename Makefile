@@ -54,7 +54,7 @@ demo: deps
 	@echo "report: demo-report/report.md (plots demo-report/*.png, figures demo-report/summary.json)"
 
 bench: deps
-	$(BIN)/python -m benchmarks
+	$(BIN)/python -m benchmarks $(BENCH)
 
 crds: $(STAMP)
 	$(BIN)/infertune crds --out crds --reference docs/crd-reference.md

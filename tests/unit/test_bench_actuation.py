@@ -151,3 +151,28 @@ def test_max_unavailable_alone_moves_a_rollout() -> None:
     act = actuator(pool=32)
     act.start(Layout(4, 8, 8))
     _rolls_within_the_pool(act, Layout(4, 6, 8), surge=0, unavailable=1, loads=8 + 2)
+
+
+def test_the_hinted_start_bound_moves_once_at_its_time_and_rolls_within_the_full_pool() -> None:
+    """bench_hinted_start's move-once: the start serves until the move's time, then one re-layout rolls
+    a pod at a time on the full pool (no surge pod to stay Pending) and ends on the new shape; later
+    ticks change nothing."""
+    from infertune_lab.bench.policies import MoveOnce
+
+    start, then = Layout(4, 6, 8), Layout(4, 18, 8)
+    policy = MoveOnce(start, then, at=60.0, max_unavailable=1)
+    act = actuator(pool=32)
+    act.start(policy.start())
+    policy.tick(30.0, act)
+    assert act.target == start and act.relayouts == 0
+    t = 60.0
+    while t < 60.0 + (then.replicas + 2) * LOAD:
+        act.fleet.run_until(t)
+        policy.tick(t, act)
+        act.reconcile()
+        assert not act.pending and act.held_gpus() <= 32
+        assert sum(act.ready(r) for r in act.serving()) >= then.replicas - 1  # one pod given up at a time
+        t += LOAD / 4
+    assert act.target == then and act.relayouts == 1
+    assert {(r.config.tp, r.config.max_num_seqs) for r in act.serving()} == {(4, 18)}
+    assert len(act.serving()) == then.replicas

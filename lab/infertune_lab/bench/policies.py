@@ -6,7 +6,9 @@ else to the fleet.
 - hpa-kv: an HPA on the Pods metric `vllm:kv_cache_usage_perc`, AverageValue 0.8 (bench.hpa);
 - keda-queue: a KEDA ScaledObject on `vllm:num_requests_waiting`, threshold 5 (bench.keda);
 - keda-slo: llm-d's SLO-aware KEDA loop on P90 latency against the SLO (bench.keda_slo);
-- oracle: the hindsight schedule (bench.oracle), staged one model load ahead, blue/green.
+- oracle: the hindsight schedule (bench.oracle), staged one model load ahead, blue/green;
+- move-once: not a policy anyone runs, a bound: a given start, and hindsight's one move from it
+  (benchmarks/bench_hinted_start.py).
 
 The HPA and KEDA scale replicas only; their layout is the hand-picked one, as it is for teams that
 put an autoscaler in front of a load-tested configuration.
@@ -135,3 +137,27 @@ class Oracle:
         wanted = staged(self.windows, now, self.load_seconds)
         if wanted != actuator.target:
             actuator.apply(wanted)
+
+
+@dataclass
+class MoveOnce:
+    """A given start, and one move from it at `at` seconds to `then`, rolled with `max_unavailable`
+    old pods given up at a time and no surge (the start may fill the pool, where a surge pod would
+    stay Pending). With `then` and `at` picked in hindsight, what it reaches bounds what any policy
+    that starts on `first` can reach by moving once."""
+
+    first: Layout
+    then: Layout
+    at: float
+    max_unavailable: int = 1
+    name: str = "move-once"
+    max_surge: int | None = 1
+    moved: bool = False
+
+    def start(self) -> Layout:
+        return self.first
+
+    def tick(self, now: float, actuator: Actuator) -> None:
+        if not self.moved and now >= self.at:
+            self.moved = True
+            actuator.apply(self.then, max_surge=0, max_unavailable=self.max_unavailable)
