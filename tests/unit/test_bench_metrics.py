@@ -8,7 +8,7 @@ import pytest
 
 from infertune.planner.types import Layout
 from infertune_lab.bench.actuation import Actuator
-from infertune_lab.bench.metrics import Slo, attainment, quantile, summarize
+from infertune_lab.bench.metrics import Slo, attainment, first_load_bound, quantile, summarize
 from infertune_lab.sim import Fleet, ReplicaConfig, RequestRecord, RequestSpec
 
 SLO = Slo(ttft_seconds=3.0, min_stream_tps=25.0)
@@ -25,6 +25,19 @@ def test_attainment_counts_each_slo_separately_and_unfinished_as_misses() -> Non
     assert attainment(records, SLO) == (0.75, 0.75)
     assert attainment(records, SLO, unfinished=4) == (3 / 8, 3 / 8)
     assert attainment([record(9.0, 1.0, output=1)], SLO) == (0.0, 1.0)  # no decode: no TPS miss
+
+
+def test_the_first_load_bound_counts_the_misses_served_before_any_new_pod_could_serve() -> None:
+    # A 300 s warm-up, a 900 s load: misses whose first token came by 1,200 s (run time) bind every
+    # policy from this start; a miss served later, and any request that met its TTFT, do not.
+    early_misses = [record(40.0, 30.0, arrival=300.0 + t) for t in (60.0, 120.0, 800.0)]  # first tokens by 1,140 s
+    late_miss = record(40.0, 30.0, arrival=1_190.0)  # its first token at 1,230 s
+    met = [record(1.0, 30.0, arrival=300.0 + t) for t in range(0, 2_000, 100)]
+    records = [*early_misses, late_miss, *met]
+    bound = first_load_bound(records, len(records) + 1, SLO, begin=300.0, load_seconds=900.0)
+    assert bound == pytest.approx(1.0 - 3 / 25)
+    assert first_load_bound(records, 0, SLO, begin=300.0, load_seconds=900.0) == 1.0
+    assert first_load_bound(met, len(met), SLO, begin=300.0, load_seconds=900.0) == 1.0
 
 
 def test_cost_and_goodput_follow_their_definitions() -> None:

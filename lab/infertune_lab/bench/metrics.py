@@ -37,6 +37,15 @@ def meets_ttft(record: RequestRecord, slo: Slo) -> bool:
     return record.ttft <= slo.ttft_seconds
 
 
+def first_load_bound(records: Sequence[RequestRecord], requests: int, slo: Slo, begin: float,
+                     load_seconds: float) -> float:
+    """The most TTFT attainment any policy can reach from the start these records were served by, on a
+    full pool: one minus the share of the run's `requests` that missed their TTFT with a first token
+    before the first model load after `begin` ended (less capacity there queues no fewer)."""
+    missed = sum(1 for r in records if r.first_token - begin < load_seconds and not meets_ttft(r, slo))
+    return 1.0 - missed / requests if requests > 0 else 1.0
+
+
 def meets_tps(record: RequestRecord, slo: Slo) -> bool:
     return record.spec.output_tokens <= 1 or record.stream_tps >= slo.min_stream_tps
 

@@ -37,6 +37,7 @@ class RunSetup:
 class PolicyRun:
     result: PolicyResult
     timeline: tuple[FleetPoint, ...]
+    records: tuple[RequestRecord, ...] = ()  # the scored requests, when the caller asked to keep them
 
 
 class CountedTraffic:
@@ -62,8 +63,9 @@ class CountedTraffic:
         self.inner.on_finish(record)
 
 
-def run_policy(setup: RunSetup, policy: Policy) -> PolicyRun:
-    """Runs in run time (0 is the warm-up's start); policies and results see scored time."""
+def run_policy(setup: RunSetup, policy: Policy, keep_records: bool = False) -> PolicyRun:
+    """Runs in run time (0 is the warm-up's start); policies and results see scored time. With
+    `keep_records` the run also returns the scored requests (a few hundred thousand on a busy scenario)."""
     wall = time.perf_counter()
     begin = setup.case.warmup
     end = begin + setup.case.duration
@@ -95,4 +97,4 @@ def run_policy(setup: RunSetup, policy: Policy) -> PolicyRun:
                        setup.price_per_gpu_hour, cliff.seconds, actuator.relayouts,
                        max((p.gpus for p in actuator.timeline), default=0), time.perf_counter() - wall,
                        peak_pending_gpus=max((p.pending_gpus for p in actuator.timeline), default=0))
-    return PolicyRun(result, tuple(actuator.timeline))
+    return PolicyRun(result, tuple(actuator.timeline), tuple(records) if keep_records else ())
