@@ -1,4 +1,4 @@
-"""The hinted start's bound (`make bench hinted_start`).
+"""The hinted start's bound (`make bench BENCH=hinted_start`).
 
 The bench's resource names the coding-agent ServingPolicy, so on the chat scenarios the operator's
 first layout is the plan on those hints, made before any metric: long contexts, so few streams a pod,
@@ -21,10 +21,9 @@ from dataclasses import replace
 from infertune.planner.types import Layout
 from infertune_lab.bench import knobs
 from infertune_lab.bench.metrics import first_load_bound
-from infertune_lab.bench.oracle import schedule
 from infertune_lab.bench.policies import MoveOnce, Policy, Static
 from infertune_lab.bench.runner import RunSetup, run_policy
-from infertune_lab.bench.suite import Options, prepare
+from infertune_lab.bench.suite import Options, context, prepare
 
 SCENARIOS = ("chat", "chat-load60")
 MOVE_AT_SECONDS = (60.0, 600.0)
@@ -36,12 +35,8 @@ def _shape(layout: Layout) -> str:
 
 
 def _runs(name: str) -> tuple[RunSetup, list[tuple[str, Policy]]]:
-    prepared = prepare(name, Options())
-    setup, case = prepared.setup, prepared.case
-    arrivals = case.arrivals()
-    window = min(3_600.0, max(900.0, case.duration / 24))
-    windows = schedule(case, prepared.sweep, prepared.tps, setup.pool_gpus, window, arrivals)
-    ctx = knobs.Context(setup, prepared.sweep, windows, setup.pool_gpus, arrivals)
+    ctx = context(prepare(name, Options()))
+    setup, windows = ctx.setup, ctx.windows
     ((_, infertune),) = knobs.settings("infertune", ctx, frontier=False)
     # The operator's own create-time plan, on the hints, from a twin of the policy that runs: a started
     # reconciler (its locks) does not travel to the worker processes.

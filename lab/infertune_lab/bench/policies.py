@@ -7,8 +7,8 @@ else to the fleet.
 - keda-queue: a KEDA ScaledObject on `vllm:num_requests_waiting`, threshold 5 (bench.keda);
 - keda-slo: llm-d's SLO-aware KEDA loop on P90 latency against the SLO (bench.keda_slo);
 - oracle: the hindsight schedule (bench.oracle), staged one model load ahead, blue/green;
-- move-once: not a policy anyone runs, a bound: a given start, and hindsight's one move from it
-  (benchmarks/bench_hinted_start.py).
+- move-once: not a policy anyone runs, a measuring stick: a given start, and one move from it picked
+  in hindsight (benchmarks/bench_hinted_start.py).
 
 The HPA and KEDA scale replicas only; their layout is the hand-picked one, as it is for teams that
 put an autoscaler in front of a load-tested configuration.
@@ -143,8 +143,9 @@ class Oracle:
 class MoveOnce:
     """A given start, and one move from it at `at` seconds to `then`, rolled with `max_unavailable`
     old pods given up at a time and no surge (the start may fill the pool, where a surge pod would
-    stay Pending). With `then` and `at` picked in hindsight, what it reaches bounds what any policy
-    that starts on `first` can reach by moving once."""
+    stay Pending). With `then` and `at` picked in hindsight, the best of a few such runs estimates
+    what a policy that starts on `first` can reach by moving once (an estimate, not a bound: only the
+    moves tried are run)."""
 
     first: Layout
     then: Layout

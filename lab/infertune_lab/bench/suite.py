@@ -110,20 +110,27 @@ def prepare(name: str, options: Options) -> Prepared:
     return Prepared(case, RunSetup(case, sweep.base, load, slo, price, options.pool_gpus), sweep, tps)
 
 
+def context(prepared: Prepared) -> knobs.Context:
+    """What every policy's settings are built from: the case's arrivals and the hindsight windows, in
+    hour-long windows for a day or more (a week too) and quarters of an hour for shorter runs."""
+    case, setup = prepared.case, prepared.setup
+    arrivals = case.arrivals()
+    window = min(3_600.0, max(900.0, case.duration / 24))
+    windows = schedule(case, prepared.sweep, prepared.tps, setup.pool_gpus, window, arrivals)
+    return knobs.Context(setup, prepared.sweep, windows, setup.pool_gpus, arrivals)
+
+
 def run_scenario(name: str, options: Options, progress: Progress = stderr) -> ScenarioResult:
     wall = time.perf_counter()
     unknown = [p for p in options.policies if p not in POLICIES]
     if unknown:
         raise UserError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
     prepared = prepare(name, options)
-    case, setup, sweep = prepared.case, prepared.setup, prepared.sweep
+    case, setup = prepared.case, prepared.setup
     load = setup.load_seconds
     progress(f"[{case.name}] {case.note}")
-    arrivals = case.arrivals()
-    # Hour-long windows for a day or more (a week too), shorter runs in quarters of an hour.
-    window = min(3_600.0, max(900.0, case.duration / 24))
-    windows = schedule(case, sweep, prepared.tps, options.pool_gpus, window, arrivals)
-    ctx = knobs.Context(setup, sweep, windows, options.pool_gpus, arrivals)
+    ctx = context(prepared)
+    arrivals, windows = ctx.arrivals, ctx.windows
     built = [b for name in options.policies for b in knobs.settings(name, ctx, options.frontier)]
     progress(f"[{case.name}] {len(arrivals):,} requests, model load {load:g} s, sweep and schedule "
              f"{time.perf_counter() - wall:.1f} s; running {len(built)} runs of "
