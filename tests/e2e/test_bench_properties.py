@@ -26,11 +26,12 @@ from hypothesis import strategies as st
 from infertune_lab.bench.capacity import HAND_PICKED
 from infertune_lab.bench.cases import peak_demand
 from infertune_lab.bench.frontier import attainment_of
+from infertune_lab.bench.knobs import infertune_resource
 from infertune_lab.bench.oracle import static_layout
 from infertune_lab.bench.policies import Static
 from infertune_lab.bench.runner import PolicyRun, run_policy
 from infertune_lab.bench.suite import Options, prepare
-from infertune_lab.bench.tuned import Infertune, bench_resource
+from infertune_lab.bench.tuned import Infertune
 
 POOL_GPUS = 32
 DURATION = 3_600.0
@@ -59,8 +60,7 @@ def runs(seed: int) -> Runs:
     arrivals = case.arrivals()
     picked = prepared.sweep.measure(case.shape_at(0.0), *HAND_PICKED)
     static = Static(static_layout(picked, peak_demand(arrivals, 0.0, case.duration), POOL_GPUS))
-    first_demand = peak_demand(arrivals, 0.0, 900.0)
-    ours = Infertune(bench_resource(POOL_GPUS, setup.load_seconds, first_demand))
+    ours = Infertune(infertune_resource(setup, arrivals, 900.0))
     return Runs(f"seed {seed}: {case.note}", run_policy(setup, ours), run_policy(setup, static))
 
 

@@ -279,6 +279,24 @@ def test_a_tighter_shape_for_cost_waits_while_the_measured_working_set_reads_abo
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
 
 
+def test_a_tighter_shape_for_cost_waits_while_the_working_set_is_only_at_a_trough():
+    """As above, but the last load's streams read 85K, at which the move would go, while over the metrics
+    history they held 100K: with few streams running the working set swings as sessions end and start, and
+    a trough is not its level (random scenario 8119 rolled to c=13 on one and back twice). It waits."""
+    running = Layout(8, 16, 12)
+    p, _ = run(3.0, PlannerState(applied=running))
+    needed = p.sized(running)
+    assert needed is not None
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    trough = replace(fresh(3.0), stream_context_tokens=85_000.0, stream_context_recent_tokens=100_000.0)
+    _, d = run(3.0, state, trough)
+    assert d.reason != "CheaperLayout" and (d.target is None or d.target.same_shape(running))
+    assert any(c.reason == "WorkingSetAbovePlan" and not c.passed for c in d.checks)
+    assert "100,000 tokens of KV (its mean over the metrics history)" in d.message
+    _, d = run(3.0, state, replace(trough, stream_context_recent_tokens=70_000.0))
+    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
+
+
 def test_a_move_for_cost_waits_for_a_measured_pass_but_an_unsafe_shape_does_not():
     """With no pass measured at any TP, the cheapest shape is the napkin's guess (2-10x off real stacks): a
     re-layout for cost onto it waits, and the running shape follows the demand meanwhile; once a pass is

@@ -149,6 +149,19 @@ def test_the_working_set_per_stream_is_weighted_by_the_streams_over_the_horizon(
     assert history.settled(KEY, bare, horizon=30.0).stream_context_tokens == pytest.approx(68_000)
 
 
+def test_the_working_set_over_the_whole_memory_is_kept_beside_the_last_loads():
+    """A 60 s load's window reads the trough (20K) of a working set that held 80K ten minutes before; the
+    mean over the history's memory (15 minutes) is kept beside it, for a cost move to be judged on."""
+    history = PressureHistory()
+    for t in range(0, 600, 15):
+        record(history, streams(float(t), 80_000))
+    for t in range(600, 675, 15):
+        record(history, streams(float(t), 20_000))
+    settled = history.settled(KEY, streams(660.0, 20_000), horizon=60.0)
+    assert settled.stream_context_tokens == pytest.approx(20_000)
+    assert settled.stream_context_recent_tokens == pytest.approx((40 * 80_000 + 5 * 20_000) / 45)
+
+
 def test_the_arrivals_are_kept_apart_from_a_demand_that_counts_the_queue():
     history = PressureHistory()
     for i, waiting in enumerate((0.0, 120.0, 600.0)):

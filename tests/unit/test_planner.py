@@ -162,6 +162,6 @@ def test_a_running_shape_the_model_says_misses_ttft_is_sized_by_its_flat_out_rat
     strict = seed_request(demand_rps=2.0, pool_gpus=None, replicas_max=1000, tp_sizes=(4, 8),
                           slo=SloTarget(min_stream_tps=25.0, max_ttft_seconds=0.1))
     result = plan(strict, None, 0.0)
-    tp8_c16 = next(c for c in result.candidates() if (c.tp, c.max_num_seqs) == (8, 16))
-    assert not result.feasible and tp8_c16.reason.startswith("TTFTAboveSLO") and tp8_c16.sustainable_rate == 0.0
-    assert result.sized(Layout(8, 16, 1)) == Layout(8, 16, math.ceil(2.0 * 1.15 / tp8_c16.request_rate))
+    tp8_c12 = next(c for c in result.candidates() if (c.tp, c.max_num_seqs) == (8, 12))
+    assert not result.feasible and tp8_c12.reason.startswith("TTFTAboveSLO") and tp8_c12.sustainable_rate == 0.0
+    assert result.sized(Layout(8, 12, 1)) == Layout(8, 12, math.ceil(2.0 * 1.15 / tp8_c12.request_rate))

@@ -14,7 +14,8 @@ from infertune.model.queueing import sustainable_rates
 from infertune.planner import PlanRequest, SloTarget, plan
 
 KIMI, B200 = load_model("kimi-k2.6"), load_gpu("b200")
-CODING = replace(workload_preset("coding-agent"), context_cv=0.0)  # the floor at the mean, to isolate the band
+# The floor at the mean and without prefill sharing the steps (every prompt token cached), to isolate the band.
+CODING = replace(workload_preset("coding-agent"), context_cv=0.0, fresh_tokens=0.0)
 
 
 def learnt_at_small_batches() -> dict[int, SampleSet]:

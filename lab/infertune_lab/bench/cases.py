@@ -103,6 +103,37 @@ class BenchCase:
             source.on_finish(RequestRecord(spec, "dry", spec.arrival, spec.arrival + DRY_RUN_ANSWER_SECONDS, 0, 0))
         return times
 
+    def request_shape(self, start: float, end: float) -> RequestShape | None:
+        """Hindsight: the mean request scored in [start, end) (None without one). A turn's cached
+        tokens are its session's context so far (the earlier prompt and answer), which its prompt
+        starts with; a request with no earlier turn in the run caches nothing."""
+        source = self.traffic()
+        context: dict[str, int] = {}
+        fresh = cached = output = 0.0
+        count = 0
+        while source.next_time() < self.warmup + end:
+            spec = source.pop()
+            history = min(context.get(spec.session, 0), spec.prompt_tokens) if spec.session else 0
+            if spec.session:
+                context[spec.session] = spec.prompt_tokens + spec.output_tokens
+            if spec.arrival >= self.warmup + start:
+                fresh += spec.prompt_tokens - history
+                cached += history
+                output += spec.output_tokens
+                count += 1
+            source.on_finish(RequestRecord(spec, "dry", spec.arrival, spec.arrival + DRY_RUN_ANSWER_SECONDS, 0, 0))
+        return RequestShape(fresh / count, cached / count, output / count) if count else None
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """The mean request of a stretch of traffic, as a model team writes its hints: tokens new to the
+    engine, tokens a session's earlier turns put in the prefix cache, and tokens answered."""
+
+    fresh_tokens: float
+    cached_tokens: float
+    output_tokens: float
+
 
 def peak_demand(arrivals: Sequence[float], start: float, end: float, bin_seconds: float = DEMAND_BIN_SECONDS) -> float:
     """The highest request rate of any `bin_seconds` stretch in [start, end)."""

@@ -29,7 +29,7 @@ from infertune_lab.bench.keda_slo import Band, KedaSlo
 from infertune_lab.bench.oracle import Window, static_layout
 from infertune_lab.bench.policies import KV_TARGET, HpaKv, KedaQueue, Oracle, Policy, Static
 from infertune_lab.bench.runner import RunSetup
-from infertune_lab.bench.tuned import Infertune, bench_resource
+from infertune_lab.bench.tuned import BenchResource, Infertune, bench_resource
 
 BURST_HEADROOM_PERCENT = (0, DEFAULT_BURST_HEADROOM_PERCENT, 40)
 STATIC_SCALE = (0.75, 1.0, 1.25)
@@ -71,12 +71,19 @@ def settings(name: str, ctx: Context, frontier: bool) -> list[Built]:
     return built if frontier else [b for b in built if b[0].default]
 
 
+def infertune_resource(setup: RunSetup, arrivals: Sequence[float], first_window_end: float,
+                       burst_headroom_percent: int | None = None) -> BenchResource:
+    """The resource infertune runs: the example, declaring what a model team knows of its traffic before
+    it serves any (the first window's busiest five minutes and its mean request)."""
+    return bench_resource(setup.pool_gpus, setup.load_seconds, peak_demand(arrivals, 0.0, first_window_end),
+                          burst_headroom_percent=burst_headroom_percent,
+                          expected_shape=setup.case.request_shape(0.0, first_window_end))
+
+
 def _infertune(ctx: Context) -> list[Built]:
-    setup = ctx.setup
-    first_demand = peak_demand(ctx.arrivals, 0.0, ctx.windows[0].end)
     out: list[Built] = []
     for percent in BURST_HEADROOM_PERCENT:
-        resource = bench_resource(ctx.pool_gpus, setup.load_seconds, first_demand, burst_headroom_percent=percent)
+        resource = infertune_resource(ctx.setup, ctx.arrivals, ctx.windows[0].end, percent)
         out.append((Setting("infertune", f"burst {percent}%", percent == DEFAULT_BURST_HEADROOM_PERCENT),
                     Infertune(resource)))
     return out

@@ -35,6 +35,7 @@ from infertune.observe.textformat import Reading, read_samples
 from infertune.planner.request import Resolved, resolve
 from infertune.planner.types import Layout
 from infertune_lab.bench.actuation import Actuator
+from infertune_lab.bench.cases import RequestShape
 from infertune_lab.bench.metrics import Slo
 from infertune_lab.sim.exporter import ReplicaView, samples
 
@@ -73,11 +74,13 @@ class BenchResource:
 
 
 def bench_resource(pool_gpus: int, startup_seconds: float | None = None,
-                   expected_rps: float | None = None, burst_headroom_percent: int | None = None) -> BenchResource:
+                   expected_rps: float | None = None, burst_headroom_percent: int | None = None,
+                   expected_shape: RequestShape | None = None) -> BenchResource:
     """The example resource sized for the bench's pool. Only the pool and replica bounds, the load
-    time, the metrics source (the pods), the starting demand hint and the burst headroom (when
-    given; its frontier's knob) change; the SLO, TP sizes, concurrency range and guardrails are the
-    example's and the policy's own."""
+    time, the metrics source (the pods), the starting hints (the demand and the request's tokens, as
+    the model team would write them for its traffic) and the burst headroom (when given; its
+    frontier's knob) change; the SLO, TP sizes, concurrency range and guardrails are the example's
+    and the policy's own."""
     doc, policy = _document(EXAMPLE), _document(POLICY)
     spec = doc["spec"]
     if burst_headroom_percent is not None:
@@ -95,6 +98,11 @@ def bench_resource(pool_gpus: int, startup_seconds: float | None = None,
         spec["engine"]["startupSeconds"] = round(startup_seconds)
     if expected_rps is not None:
         spec["workload"] = {**spec.get("workload", {}), "expectedRequestsPerSecond": f"{expected_rps:.3f}"}
+    if expected_shape is not None:
+        # Over the policy's preset: a model team serving chat behind the coding-agent policy's SLO says so.
+        spec["workload"] = {**spec.get("workload", {}), "freshTokens": max(round(expected_shape.fresh_tokens), 0),
+                            "cachedTokens": max(round(expected_shape.cached_tokens), 0),
+                            "outputTokens": max(round(expected_shape.output_tokens), 1)}
     return BenchResource(doc, policy)
 
 

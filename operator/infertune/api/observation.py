@@ -92,6 +92,9 @@ class Observation:
     # The working set measured, where the request means infer it from what finished (and lag a
     # session workload whose contexts grow). None when a replica's KV figures are missing or none runs.
     stream_context_tokens: float | None = None
+    # The same over the metrics history's whole memory (15 minutes), where the above is over the last model
+    # load: with few streams running it swings as sessions end and start, and a trough is not its level.
+    stream_context_recent_tokens: float | None = None
     # (running batch, seconds per pass, tokens per running stream; 0 when the KV figures are missing)
     fit_samples: tuple[tuple[float, float, float], ...] = field(default=())
 

@@ -171,7 +171,8 @@ class PressureHistory:
         but for the working set per running stream, which is the history's or None."""
         if not obs.available:
             return obs
-        obs = replace(obs, stream_context_tokens=self._stream_context(key, obs, horizon))
+        obs = replace(obs, stream_context_tokens=self._stream_context(key, obs, horizon),
+                      stream_context_recent_tokens=self._stream_context(key, obs, None))
         recorded: Sequence[ShapePoint] = self._shapes.get(key) or ()
         shapes = recorded
         if horizon is not None and shapes:

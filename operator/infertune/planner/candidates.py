@@ -53,6 +53,8 @@ WORKING_SET_Z = 1.645
 # running one is torn down only past RUNNING_KV_RISK (so a shape at the boundary is not restarted
 # every time the request shape moves).
 KV_RISK = 0.05
+# Past this share of its time prefilling, a replica's decode is as good as stalled.
+MAX_PREFILL_SHARE = 0.95
 RUNNING_KV_RISK = 0.25
 
 
@@ -254,6 +256,23 @@ def kv_risk(fraction: FloatArray, concurrency: FloatArray, rate: FloatArray, e2e
     return risk
 
 
+def with_prefill(tps: FloatArray, slots: FloatArray, e2e: FloatArray, fresh_tokens: float, output_tokens: float,
+                 prefill_rate: float) -> FloatArray:
+    """Per-stream speed once decode shares its steps with the prefill of the requests that keep every
+    slot busy: a step runs each stream's token and any prefill chunk, so a request decoding n tokens
+    also waits for the prefills that start meanwhile, a Poisson count judged at its WORKING_SET_Z tail
+    (a short answer sees few, so its speed varies most)."""
+    pass_seconds = 1.0 / tps
+    prefill_seconds = fresh_tokens / prefill_rate if prefill_rate > 0 else 0.0
+    turnover = slots / e2e
+    share = np.clip(turnover * prefill_seconds, 0.0, MAX_PREFILL_SHARE)
+    tokens = max(output_tokens - 1.0, 1.0)  # the SLA's speed is the mean after the first token
+    starts = turnover * tokens * pass_seconds / (1.0 - share)
+    tail = starts + WORKING_SET_Z * np.sqrt(starts)
+    out: FloatArray = tokens / (tokens * pass_seconds + tail * prefill_seconds)
+    return out
+
+
 def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
     concurrencies = np.arange(request.concurrency_min, request.concurrency_max + 1, dtype=float)
     line = 1.0 - request.kv_headroom
@@ -269,7 +288,9 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         offsets.append(n)
         n += concurrencies.size
         tps = grid.per_stream_tps
-        tps_tail = perf.per_stream_tps(tp, concurrencies * spread, pessimistic=True)
+        tps_tail = with_prefill(perf.per_stream_tps(tp, concurrencies * spread, pessimistic=True), concurrencies,
+                                grid.e2e_seconds, perf.workload.fresh_tokens, perf.workload.output_tokens,
+                                perf.prefill_rate(tp))
         frac = grid.kv_working_set_fraction
         tail = frac * spread
         verdict = np.full(concurrencies.shape, Verdict.FEASIBLE, dtype=np.int64)

@@ -201,8 +201,12 @@ def check_working_set_measured(ctx: _Context) -> Check:
     shape would cross the KV line more often than a new layout may. The request shape is the finished
     requests' means, and those lag a session workload warming up (its first, short turns finish first):
     a tighter shape chosen on them is outgrown within its first cooldown and rolled back, a model load
-    each way. A move to more room, a running shape the model or the engine finds unsafe, and a full pool
-    giving way do not wait."""
+    each way. For the same reason the working set is judged at the larger of its mean over the last model
+    load and over the metrics history's memory: with few streams running it swings as sessions end and
+    start, and a trough is not its level (random scenario 8119, a 70 s load: streams at 82K, then 30K
+    150 s later, when a move to c=13 went; they held 73K eleven minutes later, and it rolled back twice).
+    A move to more room, a running shape the model or the engine finds unsafe, and a full pool giving
+    way do not wait."""
     obs = ctx.observation
     measured = None if obs is None else obs.stream_context_tokens
     if (not _is_relayout(ctx) or ctx.applied_unsafe or measured is None or ctx.proposed is None
@@ -211,15 +215,18 @@ def check_working_set_measured(ctx: _Context) -> Check:
     assert ctx.applied is not None
     if roomier(ctx.proposed, ctx.applied):
         return _ok("working-set-measured")
-    risk = ctx.plan.kv_risk_measured(ctx.proposed, measured)
+    recent = obs.stream_context_recent_tokens if obs is not None else None
+    held = max(measured, recent or 0.0)
+    risk = ctx.plan.kv_risk_measured(ctx.proposed, held)
     if risk is None or risk <= KV_RISK:
         return _ok("working-set-measured")
     planned = ctx.plan.workload.context_tokens
+    over = "the last load" if held == measured else "the metrics history"
     return _hold("working-set-measured", DecisionReason.WORKING_SET_ABOVE_PLAN,
                  f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: a running "
-                 f"stream holds {measured:,.0f} tokens of KV where the finished requests say {planned:,.0f}, and at "
-                 f"that working set it would be past the KV line {risk:.0%} of the time (a new layout: at most "
-                 f"{KV_RISK:.0%})")
+                 f"stream holds {held:,.0f} tokens of KV (its mean over {over}) "
+                 f"where the finished requests say {planned:,.0f}, and at that working set it would be past the KV "
+                 f"line {risk:.0%} of the time (a new layout: at most {KV_RISK:.0%})")
 
 
 def check_pass_time_measured(ctx: _Context) -> Check:
