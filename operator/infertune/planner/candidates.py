@@ -15,7 +15,9 @@ test's traffic, mean 89%, was rejected outright; judged at the cap's mean it ran
 whenever a few long sessions shared a replica: on the twin, TTFT p95 19 s.)
 The per-stream floor is judged the same way: a decode pass slows with the batch's summed context,
 so the floor must hold for a batch that long (the speed at c x the same overshoot). At the mean,
-TP8 c=20 clears 25 tok/s by 5%, and on the twin 11% of its streams decode below it.
+TP8 c=20 clears 25 tok/s by 5%, and on the twin 11% of its streams decode below it. It is also judged
+with the prefill that shares each decode step (`with_prefill`): for short answers behind long prompts
+the decode pass alone allowed TP4 c=25, where on the twin 97% of answers decode below the floor.
 Each row also carries what one replica sustains with random arrivals (model/queueing.py), which
 is what replicas are sized by.
 
