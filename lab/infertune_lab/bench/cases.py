@@ -23,14 +23,14 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from infertune.errors import UserError
 from infertune_lab.bench.capacity import HAND_PICKED, CapacitySweep, LayoutCapacity
 from infertune_lab.data import AZURE_CODE_TRACE
-from infertune_lab.sim import RequestRecord, SessionShape, TraceReplay, TrafficSource, load_trace
+from infertune_lab.sim import RequestRecord, RequestSpec, SessionShape, TraceReplay, TrafficSource, load_trace
 from infertune_lab.sim.scenario import Scenario, random_scenario, scaled_to_context, scenario, turns_per_session
 from infertune_lab.sim.trace import TraceRow
 from infertune_lab.sim.traffic import CHAT_TRACE, CODING_AGENT, chat_trace
@@ -92,27 +92,26 @@ class BenchCase:
         return scaled_to_context(self.scenario.shape, round(context / 5_000) * 5_000)
 
     def arrivals(self) -> list[float]:
-        """Hindsight: when every scored request arrives (scored time), answering each turn in
-        DRY_RUN_ANSWER_SECONDS (exact for a trace, which has no feedback)."""
+        """Hindsight: when every scored request arrives (scored time)."""
+        return [spec.arrival - self.warmup for spec in self._dry_run(self.duration) if spec.arrival >= self.warmup]
+
+    def _dry_run(self, end: float) -> Iterator[RequestSpec]:
+        """Every request until scored time `end`, in run time, each turn answered in DRY_RUN_ANSWER_SECONDS
+        (exact for a trace, which has no feedback)."""
         source = self.traffic()
-        times = []
-        while source.next_time() < self.warmup + self.duration:
+        while source.next_time() < self.warmup + end:
             spec = source.pop()
-            if spec.arrival >= self.warmup:
-                times.append(spec.arrival - self.warmup)
+            yield spec
             source.on_finish(RequestRecord(spec, "dry", spec.arrival, spec.arrival + DRY_RUN_ANSWER_SECONDS, 0, 0))
-        return times
 
     def request_shape(self, start: float, end: float) -> RequestShape | None:
         """Hindsight: the mean request scored in [start, end) (None without one). A turn's cached
         tokens are its session's context so far (the earlier prompt and answer), which its prompt
         starts with; a request with no earlier turn in the run caches nothing."""
-        source = self.traffic()
         context: dict[str, int] = {}
         fresh = cached = output = 0.0
         count = 0
-        while source.next_time() < self.warmup + end:
-            spec = source.pop()
+        for spec in self._dry_run(end):
             history = min(context.get(spec.session, 0), spec.prompt_tokens) if spec.session else 0
             if spec.session:
                 context[spec.session] = spec.prompt_tokens + spec.output_tokens
@@ -121,7 +120,6 @@ class BenchCase:
                 cached += history
                 output += spec.output_tokens
                 count += 1
-            source.on_finish(RequestRecord(spec, "dry", spec.arrival, spec.arrival + DRY_RUN_ANSWER_SECONDS, 0, 0))
         return RequestShape(fresh / count, cached / count, output / count) if count else None
 
 

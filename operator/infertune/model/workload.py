@@ -49,6 +49,13 @@ class Workload:
     def prefill_tokens_for_ttft(self) -> float:
         return self.ttft_fresh_tokens if self.ttft_fresh_tokens is not None else self.fresh_tokens
 
+    def ttft_fresh_for(self, fresh_tokens: float) -> float | None:
+        """The TTFT figure for another mean of fresh tokens: this shape's median-to-mean ratio kept (None
+        where this shape has no separate figure, so TTFT reads the mean)."""
+        if not self.ttft_fresh_tokens or self.fresh_tokens <= 0:
+            return None
+        return fresh_tokens * self.ttft_fresh_tokens / self.fresh_tokens
+
 
 # The B200 load test: Cline's coding-agent traffic. ~13K fresh (16.5%), ~71K cached (83.5%), ~1K output
 # (1,056 in the decode-time line), median fresh 9,400 for TTFT.

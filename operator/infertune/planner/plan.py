@@ -143,13 +143,8 @@ def effective_workload(base: Workload, observation: Observation | None) -> Workl
         cached = prompt * base.cached_fraction
     cached = min(max(cached, 0.0), prompt)
     fresh = prompt - cached
-    median_ratio = None
-    if base.ttft_fresh_tokens and base.fresh_tokens:
-        median_ratio = base.ttft_fresh_tokens / base.fresh_tokens
-    return replace(
-        base, fresh_tokens=fresh, cached_tokens=cached, output_tokens=generated,
-        ttft_fresh_tokens=fresh * median_ratio if median_ratio is not None else None,
-    )
+    return replace(base, fresh_tokens=fresh, cached_tokens=cached, output_tokens=generated,
+                   ttft_fresh_tokens=base.ttft_fresh_for(fresh))
 
 
 def observed_demand(request: PlanRequest, observation: Observation | None,

@@ -110,11 +110,12 @@ def _workload(spec: InferenceDeploymentSpec) -> Workload:
     given = (("fresh_tokens", hints.fresh_tokens), ("cached_tokens", hints.cached_tokens),
              ("output_tokens", hints.output_tokens))
     changes = {k: float(v) for k, v in given if v is not None}
-    if "fresh_tokens" in changes and base.fresh_tokens > 0:
+    workload = replace(base, **changes)
+    if hints.fresh_tokens is not None:
         # A declared mean keeps the preset's median-to-mean ratio for the TTFT chain (which reads the
         # median prompt, as the B200 load test does), as the observed shape does (plan.effective_workload).
-        changes["ttft_fresh_tokens"] = changes["fresh_tokens"] * base.prefill_tokens_for_ttft / base.fresh_tokens
-    return replace(base, **changes)
+        workload = replace(workload, ttft_fresh_tokens=base.ttft_fresh_for(workload.fresh_tokens))
+    return workload
 
 
 def _seconds(value: str | None, field: str, default: float) -> float:
