@@ -196,7 +196,7 @@ class LearningSource:
         batch = self.batches[self.polls % len(self.batches)]
         obs = Observation(namespace=NS, deployment=NAME, sample_time=at, available=True, running=batch,
                           waiting=0.0, kv_usage=0.3, mean_inter_token_seconds=0.0052 + 0.00165 * batch,
-                          fit_samples=((batch, 0.0052 + 0.00165 * batch, 84_000.0, 0.0),))
+                          fit_samples=((batch, 0.0052 + 0.00165 * batch, 84_000.0),))
         return Snapshot(time=at, observations={(NS, NAME): obs}, source=self.name)
 
     def close(self) -> None:

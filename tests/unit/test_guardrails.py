@@ -133,7 +133,7 @@ def test_next_state_records_what_was_applied_and_the_recommendation():
 def test_a_held_relayout_still_scales_the_running_shape_with_demand():
     # The plan prefers c=8, which is not worth a restart; demand needs 12 replicas of c=7 meanwhile,
     # reached 2 at a time.
-    p, d = run(2.7, PlannerState(applied=Layout(4, 7, 8)))
+    p, d = run(3.0, PlannerState(applied=Layout(4, 7, 8)))
     assert p.layout == Layout(4, 8, 11) and p.sized(Layout(4, 7, 8)) == Layout(4, 7, 12)
     assert d.action is Action.SCALE_UP and d.target == Layout(4, 7, 10)
     assert "keeping TP4 max-num-seqs 7" in d.message and "RelayoutNotWorthIt" in d.message
@@ -153,17 +153,17 @@ def test_preemptions_make_the_running_shape_unsafe():
     # In its re-layout cooldown, TP8 c=20 would only be resized; the engine preempting says its working
     # set no longer fits, so the re-layout to a roomier shape (TP4 c=8: more KV per stream) goes ahead now.
     state = PlannerState(applied=Layout(8, 20, 8), last_relayout_at=NOW - 900)
-    _, calm = run(2.7, state)
+    _, calm = run(3.0, state)
     assert calm.action is Action.HOLD and calm.reason == "RelayoutCooldown"
-    preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=2.7,
+    preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
                              preemption_rate=0.2)
-    p, d = run(2.7, state, preempting)
+    p, d = run(3.0, state, preempting)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe" and d.target == p.layout
     # Streams decoding below the floor on a shape rolled in 900 s ago are mended by replicas and the
     # fit the next cycles learn, not by a second restart within the cooldown (that flips between shapes).
-    slow = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=2.7,
+    slow = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
                        mean_inter_token_seconds=1 / 18.0)
-    _, d = run(2.7, state, slow)
+    _, d = run(3.0, state, slow)
     assert d.action is not Action.RELAYOUT and "RelayoutCooldown" in d.reason + d.message
 
 
@@ -195,9 +195,9 @@ def test_with_no_feasible_layout_the_running_shape_still_gets_replicas():
 
 def test_preemptions_from_overload_do_not_restart_into_a_tighter_shape():
     # TP4 c=6 preempting under load: the plan's TP4 c=8 gives each stream less room, so no restart.
-    preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=2.7,
+    preempting = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0,
                              preemption_rate=0.2)
-    p, d = run(2.7, PlannerState(applied=Layout(4, 6, 11), last_relayout_at=NOW - 900), preempting)
+    p, d = run(3.0, PlannerState(applied=Layout(4, 6, 11), last_relayout_at=NOW - 900), preempting)
     assert p.layout == Layout(4, 8, 11)
     assert d.action is not Action.RELAYOUT
 

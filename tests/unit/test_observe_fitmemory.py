@@ -132,28 +132,3 @@ def test_the_planner_is_handed_a_new_sample_set_only_when_it_is_worth_a_refit() 
     assert memory.fits()[8] is first  # a minute of new windows: the same set, the cached fit
     memory.add(8, [FitSample(12, 0.0052 + 0.00165 * 12, 1.0, 400.0, 80_000.0)])
     assert memory.fits()[8] is not first and len(memory.fits()[8]) == 8
-
-
-def test_a_window_that_prefilled_is_kept_as_its_decode_pass_alone() -> None:
-    # A pod that prefilled 8K fresh tokens a second at 40K tokens/s spent a fifth of the window prefilling,
-    # inside the steps its streams waited on: 30 ms inter-token is a 24 ms decode pass.
-    memory = FitMemory()
-    assert memory.add(8, [(16.0, 0.030, 20_000.0, 8_000.0)], now=5.0, prefill_rate=40_000.0) == 1
-    kept = memory.samples(8)[0]
-    assert kept.seconds == pytest.approx(0.024) and kept.batch == 16.0 and kept.context == 20_000.0
-    assert kept.prefill_tokens_per_second == 0.0  # what is kept (and written to status) is a decode pass
-    # Without the layout's prefill rate the inter-token time stands as measured; a window that says it
-    # prefilled for (nearly) all of its length leaves no decode pass to learn from, and is not kept.
-    memory.add(8, [(16.0, 0.030, 20_000.0, 8_000.0)], now=6.0)
-    assert memory.add(8, [(16.0, 0.030, 20_000.0, 39_000.0)], now=7.0, prefill_rate=40_000.0) == 0
-    memory.add(8, [(16.0, 0.030, 20_000.0, 36_000.0)], now=7.0, prefill_rate=40_000.0)
-    assert [s.seconds for s in memory.samples(8)[1:]] == [pytest.approx(0.030), pytest.approx(0.003)]
-    # A prefill figure that is not a count of tokens refuses the sample, as any other figure does.
-    for bad in (float("nan"), float("inf"), -1.0):
-        assert memory.add(8, [FitSample(16.0, 0.030, 1.0, 8.0, 20_000.0, bad)], prefill_rate=40_000.0) == 0
-    assert len(memory.samples(8)) == 3
-    # The status keeps its rows as they were: the decode pass, no prefill column.
-    rows = memory.to_status()["layouts"]["8"]
-    assert [len(r) for r in rows] == [5, 5, 5] and rows[0][1] == pytest.approx(0.024)
-    restored = FitMemory.from_status(json.loads(json.dumps(memory.to_status())))
-    assert restored.samples(8)[0].seconds == pytest.approx(0.024)

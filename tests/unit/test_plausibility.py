@@ -169,7 +169,7 @@ def test_more_decoding_streams_than_a_replica_can_run_are_not_believed() -> None
     gauges = {"kv_usage": 0.3, "running": 8.0, "waiting": 0.0}
     limits = Expected(limits=ReplicaLimits(running=64.0))
     honest = PodFigures("p-0", "vllm", 100.0, gauges, {"itl_sum": 8.0, "itl_count": 400.0, "preemptions": 0.0})
-    assert [s[0] for s in fit_samples([honest])] == [8.0]
+    assert [b for b, _, _ in fit_samples([honest])] == [8.0]
     edge = PodFigures("p-0", "vllm", 100.0, gauges, {"itl_sum": 100.0, "itl_count": 400.0, "preemptions": 0.0})
     assert build_observation(KEY, [edge], limits, 100.0, 120.0, {}).available  # a window's edges: up to 2x
     absurd = PodFigures("p-0", "vllm", 100.0, gauges, {"itl_sum": 1e6, "itl_count": 400.0, "preemptions": 0.0})

@@ -5,7 +5,6 @@ kopf (tests/integration/test_operator_*.py) and in the benchmark."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +13,11 @@ import yaml
 
 from infertune.actuate.workload import WorkloadKind, layout_of_workload
 from infertune.api.observation import Observation
-from infertune.api.policy import parse_policy
-from infertune.api.spec import parse_spec
 from infertune.controller.hub import MetricsHub
 from infertune.controller.memory import MemoryCluster, MemoryReport
 from infertune.controller.reconciler import Reconciler, Resource
 from infertune.errors import SpecError
-from infertune.model.roofline import prefill_tokens_per_second
 from infertune.observe.snapshot import Snapshot
-from infertune.planner.request import resolve
 from infertune.planner.types import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,24 +223,3 @@ def test_a_started_operator_learns_the_season_the_source_remembers() -> None:
     profile = world.report.current["demandProfile"]
     assert sum(profile["dailySamples"]) >= 192 and max(profile["daily"]) > 3.0
     assert world.hub.take_season(KEY) == []  # taken once
-
-
-def test_the_fit_keeps_each_windows_decode_pass_not_its_prefill() -> None:
-    """A pod's inter-token time carries the prompts it prefilled meanwhile; the planner adds the prefill of
-    the traffic it plans for itself (model/perf.py), so what the resource's status keeps is the decode pass:
-    each window's inter-token time less the share of the window its fresh prompt tokens took to prefill at
-    the running layout's prefill rate."""
-    world = World()
-    running = world.converge().layout
-    resolved = resolve(parse_spec(world.spec), parse_policy(POLICY["spec"]))
-    rate = prefill_tokens_per_second(resolved.model, resolved.gpu, running.tensor_parallel_size,
-                                     resolved.request.napkin)
-    windows = tuple((float(b), 0.010 + 0.001 * b, 80_000.0, 0.2 * rate) for b in (2, 3, 4, 5, 6, 8))
-    world.observe(rate=0.5)
-    source = world.hub.routes[KEY].source
-    obs = replace(world.hub.snapshots[source].observations[KEY], fit_samples=windows)
-    world.hub.ingest(source, Snapshot(time=world.clock.now, observations={KEY: obs}), poll_samples=True)
-    world.tune()
-    rows = world.report.current["fitSamples"]["layouts"][str(running.tensor_parallel_size)]
-    assert sorted((row[0], row[1]) for row in rows) == [
-        (b, pytest.approx(0.8 * seconds, rel=1e-3)) for b, seconds, _, _ in windows]

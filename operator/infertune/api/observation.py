@@ -95,9 +95,8 @@ class Observation:
     # The same over the metrics history's whole memory (15 minutes), where the above is over the last model
     # load: with few streams running it swings as sessions end and start, and a trough is not its level.
     stream_context_recent_tokens: float | None = None
-    # (running batch, inter-token seconds, tokens per running stream, fresh prompt tokens prefilled a
-    # second; the last two 0 when their figures are missing)
-    fit_samples: tuple[tuple[float, float, float, float], ...] = field(default=())
+    # (running batch, seconds per pass, tokens per running stream; 0 when the KV figures are missing)
+    fit_samples: tuple[tuple[float, float, float], ...] = field(default=())
 
     @property
     def demand_rate(self) -> float | None:

@@ -76,8 +76,8 @@ class MetricsHub:
         for key in keys if keys is not None else snapshot.observations:
             obs = snapshot.observations.get(key)
             if obs is not None and obs.available and obs.fit_samples:
-                self.queue_samples(key, [FitSample(batch, seconds, 1.0, obs.sample_time, context, prefilled)
-                                         for batch, seconds, context, prefilled in obs.fit_samples])
+                self.queue_samples(key, [FitSample(batch, seconds, 1.0, obs.sample_time, context)
+                                         for batch, seconds, context in obs.fit_samples])
 
     def queue_samples(self, key: Key, samples: list[FitSample]) -> None:
         if key in self.routes:

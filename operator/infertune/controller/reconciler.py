@@ -50,7 +50,6 @@ from infertune.controller.telemetry import Telemetry
 from infertune.errors import OwnershipError, PendingError, SpecError, StatusError
 from infertune.model.early_warning import CliffWarning
 from infertune.model.forecast import DemandPoint, SeasonalProfile
-from infertune.model.roofline import prefill_tokens_per_second
 from infertune.observe.figures import Expected, ReplicaLimits
 from infertune.observe.fitmemory import FitMemory, FitSample
 from infertune.observe.plausible import replica_limits
@@ -382,9 +381,7 @@ class Reconciler:
         samples = self.metrics.take_fit_samples(key, _timestamp((resource.status.get("applied") or {}).get(
             "appliedAt")))
         if running is not None and not (workload is not None and workload.mid_rollout):
-            tp = running.tensor_parallel_size
-            memory.add(tp, samples, now, prefill_tokens_per_second(resolved.model, resolved.gpu, tp,
-                                                                   resolved.request.napkin))
+            memory.add(running.tensor_parallel_size, samples, now)
         status = dict(resource.status)
         if running is not None:
             status["applied"] = applied_status(running, gpus_per_node, str(

@@ -134,10 +134,6 @@ def calibration_ratio(
     return max(measured_seconds - overhead, 1e-9) / napkin_work
 
 
-# Past this share of its time prefilling, a replica's decode is as good as stalled (and a window that
-# says more is not read as a decode pass).
-MAX_PREFILL_SHARE = 0.95
-
 @dataclass(frozen=True)
 class LayoutGrid:
     """Predictions for one TP at many concurrencies, as arrays (the planner's hot path)."""
@@ -371,24 +367,8 @@ class PerformanceModel:
         return self.queue_wait_seconds + fresh * concurrency / self.prefill_rate(tp)
 
     def _lifecycle(self, tp: int, concurrency: FloatArray, per_pass: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """TTFT (the load test's chain, what the SLO is judged on) and the time a request holds its slot.
-
-        The slot's time is not that TTFT plus the answer's decode passes. `per_pass` is the decode pass
-        alone (the online fit keeps decode passes: observe/fitmemory.py), and an engine runs each new
-        prompt in the same steps as every stream's next token, so an answer also decodes through the
-        prompts of the requests that keep the replica's slots busy: c / E of them a second, s seconds each.
-        Its own prompt takes s; the chain, every slot prefilling at once, would count the same prompts
-        twice. E = s + decode / (1 - c s / E) is the larger root of E^2 - (s + S + decode) E + s S = 0,
-        S = c s. On the twin, one TP4 replica with every slot busy (tests/unit/test_prefill_sharing.py):
-        chat's c=20 finishes 2.58 requests a second against 2.88 by this E, 2.97 by the chain plus the
-        decode alone; the Azure code trace's c=6 8.29 against 8.2, 6.56 by the chain plus this sharing."""
-        rate = self.prefill_rate(tp)
-        ttft = self.queue_wait_seconds + self.workload.prefill_tokens_for_ttft * concurrency / rate
-        own = self.queue_wait_seconds + self.workload.fresh_tokens / rate
-        prefills = concurrency * self.workload.fresh_tokens / rate
-        total = own + prefills + self.workload.output_tokens * per_pass
-        e2e = (total + np.sqrt(np.maximum(total * total - 4.0 * own * prefills, 0.0))) / 2.0
-        return ttft, e2e
+        ttft = self.queue_wait_seconds + self.workload.prefill_tokens_for_ttft * concurrency / self.prefill_rate(tp)
+        return ttft, ttft + self.workload.output_tokens * per_pass
 
     def per_stream_tps(self, tp: int, concurrencies: FloatArray, pessimistic: bool = False) -> FloatArray:
         """`grid(tp, concurrencies).per_stream_tps` alone, without the rest of the grid. Pessimistic: where

@@ -220,20 +220,9 @@ def decoding_streams(fig: PodFigures) -> float | None:
     return _rate(fig, "itl_sum")
 
 
-def prefilled_tokens(fig: PodFigures) -> float:
-    """Fresh prompt tokens the pod prefilled a second: its prompt tokens less the prefix cache's hits
-    (never below 0); 0 when the prompt counter is missing."""
-    prompt = _rate(fig, "prompt_tokens")
-    if prompt is None or prompt <= 0:
-        return 0.0
-    hits = _rate(fig, "prefix_hits")
-    return max(prompt - (hits if hits is not None and hits > 0 else 0.0), 0.0)
-
-
-def fit_samples(figs: Sequence[PodFigures]) -> tuple[tuple[float, float, float, float], ...]:
-    """(mean decoding batch, mean inter-token seconds, tokens per running stream, fresh prompt tokens
-    prefilled a second) per pod whose window was clean. The last lets the fit keep the decode pass alone
-    (observe/fitmemory.py FitSample.decode_only).
+def fit_samples(figs: Sequence[PodFigures]) -> tuple[tuple[float, float, float], ...]:
+    """(mean decoding batch, mean inter-token seconds, tokens per running stream) per pod whose window
+    was clean.
 
     A window with any preemption is dropped: recompute stretches passes and the sample would
     sit above the line. So is one with no decoded tokens or an idle batch.
@@ -247,7 +236,7 @@ def fit_samples(figs: Sequence[PodFigures]) -> tuple[tuple[float, float, float, 
             continue
         context = stream_context(_finite(fig.gauges.get("kv_usage")), fig.capacity_tokens,
                                  _finite(fig.gauges.get("running")))
-        out.append((batch, itl, context, prefilled_tokens(fig)))
+        out.append((batch, itl, context))
     return tuple(out)
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from infertune.errors import StatusError
 from infertune.model.fit import FitError, LinearFit, fit_per_pass
 from infertune.model.passfit import SampleSet
-from infertune.model.perf import MAX_PREFILL_SHARE
 
 STATUS_VERSION = 2
 # How much newer a layout's samples must be before the planner refits it.
@@ -35,29 +34,10 @@ class FitSample:
     weight: float = 1.0
     time: float = 0.0
     context: float = 0.0  # mean tokens each running stream holds; 0 = unknown
-    # Fresh prompt tokens the replica prefilled a second over the window (prompt minus prefix-cache hits);
-    # 0 = none or unknown. Only in flight: FitMemory.add keeps the decode pass alone.
-    prefill_tokens_per_second: float = 0.0
 
     def valid(self) -> bool:
-        figures = (self.batch, self.seconds, self.weight, self.time, self.context, self.prefill_tokens_per_second)
-        return all(math.isfinite(v) for v in figures) and self.batch >= 1 and self.seconds > 0 \
-            and self.weight > 0 and 0 <= self.context < 1e9 and self.prefill_tokens_per_second >= 0
-
-    def decode_only(self, prefill_rate: float | None) -> FitSample | None:
-        """The sample with its pass time the decode pass alone. An inter-token time counts every step, and
-        a step also prefills the prompts that arrived meanwhile: over a second the replica spends
-        prefill tokens / prefill rate of it prefilling and the rest decoding, so the decode pass is the
-        inter-token time times the rest. The planner adds the prefill of the traffic it plans for
-        (model/perf.py), so a fit of raw inter-token times would count it twice, and a fit learnt on long
-        prompts would carry their prefill into short ones. None for a window that says it spent more than
-        MAX_PREFILL_SHARE of itself prefilling: what is left is no decode pass to learn from."""
-        if prefill_rate is None or not prefill_rate > 0 or self.prefill_tokens_per_second <= 0:
-            return replace(self, prefill_tokens_per_second=0.0)
-        share = self.prefill_tokens_per_second / prefill_rate
-        if share > MAX_PREFILL_SHARE:
-            return None
-        return replace(self, seconds=self.seconds * (1.0 - share), prefill_tokens_per_second=0.0)
+        return all(math.isfinite(v) for v in (self.batch, self.seconds, self.weight, self.time, self.context)) \
+            and self.batch >= 1 and self.seconds > 0 and self.weight > 0 and 0 <= self.context < 1e9
 
 
 def _bin(sample: FitSample) -> tuple[int, int]:
@@ -78,21 +58,15 @@ class FitMemory:
         # cached by content, so handing it a new set at every poll would refit every cycle.
         self._published: dict[int, tuple[SampleSet, float]] = {}  # and its newest sample's time
 
-    def add(self, tp: int, samples: Iterable[FitSample | tuple[float, ...]], now: float = 0.0,
-            prefill_rate: float | None = None) -> int:
-        """Adds samples for layout `tp`; tuples are (batch, seconds[, context[, prefill tokens/s]]) taken at
-        `now`; returns how many. With the layout's `prefill_rate` (tokens/s) each keeps its decode pass alone
-        (FitSample.decode_only); without it, the inter-token time as measured."""
+    def add(self, tp: int, samples: Iterable[FitSample | tuple[float, ...]], now: float = 0.0) -> int:
+        """Adds samples for layout `tp`; tuples are (batch, seconds[, context]) taken at `now`; returns how many."""
         kept = 0
         bucket = self._samples.setdefault(int(tp), [])
         for raw in samples:
             sample = raw if isinstance(raw, FitSample) else FitSample(
-                float(raw[0]), float(raw[1]), 1.0, now, float(raw[2]) if len(raw) > 2 else 0.0,
-                float(raw[3]) if len(raw) > 3 else 0.0)
-            decode = sample.decode_only(prefill_rate) if sample.valid() else None
-            if decode is None:
+                float(raw[0]), float(raw[1]), 1.0, now, float(raw[2]) if len(raw) > 2 else 0.0)
+            if not sample.valid():
                 continue
-            sample = decode
             bucket.append(sample)
             kept += 1
             if len(bucket) > self.max_samples:

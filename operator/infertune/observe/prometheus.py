@@ -105,18 +105,6 @@ def _cache_config(metric: Mapping[str, Any]) -> float | None:
     return float(tokens) if 0 < tokens <= _MAX_COUNT else None
 
 
-def _prefilled(series: Mapping[str, Mapping[tuple[str, str, str, float], float]],
-               point: tuple[str, str, str, float]) -> float:
-    """Fresh prompt tokens a pod prefilled a second over a range window: its prompt tokens less the
-    prefix cache's hits, never below 0; 0 when the prompt rate is missing or not a count."""
-    prompt = series.get("prompt_tokens", {}).get(point)
-    if prompt is None or not math.isfinite(prompt) or prompt <= 0:
-        return 0.0
-    hits = series.get("prefix_hits", {}).get(point)
-    hits = hits if hits is not None and math.isfinite(hits) and hits > 0 else 0.0
-    return min(max(prompt - hits, 0.0), 1e9)
-
-
 class _PodAccumulator:
     """Collects one pod's figures across the batch of queries."""
 
@@ -269,8 +257,7 @@ class PrometheusSource:
 
     async def fit_history_async(self, start: float, end: float,
                                 step: str = "30s") -> dict[DeploymentKey, list[FitSample]]:
-        """Clean (batch, inter-token seconds, context, prefilled tokens/s) windows per deployment from range
-        queries: 10 in all.
+        """Clean (batch, inter-token seconds, context) windows per deployment from range queries: 7 in all.
 
         Windows with a preemption are dropped; weights grow with the tokens a window decoded,
         because a window of three tokens says little about the pass time. FetchFailed on a failure.
@@ -320,8 +307,7 @@ class PrometheusSource:
                 continue
             context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]),
                                      series["running_mean"].get(point))
-            out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3], context,
-                                                       _prefilled(series, point)))
+            out[(point[0], point[1])].append(FitSample(batch, itl, min(1.0, tokens / 100.0), point[3], context))
         return dict(out)
 
     # --- the demand's history -------------------------------------------------------------------

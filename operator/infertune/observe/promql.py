@@ -133,8 +133,7 @@ def poll_queries(window: str, labels: Labels = Labels(), namespace: str | None =
 
 def fit_range_queries(step: str, labels: Labels = Labels(), namespace: str | None = None,
                       deployment: str | None = None) -> tuple[Query, ...]:
-    """Range queries for (running batch, inter-token latency, context, prefilled tokens/s) windows, one
-    point per step per pod."""
+    """Range queries for (running batch, inter-token latency, context) windows, one point per step per pod."""
     def sel(names: str) -> str:
         return selector(names, labels, namespace, deployment)
 
@@ -156,10 +155,6 @@ def fit_range_queries(step: str, labels: Labels = Labels(), namespace: str | Non
         # The context behind each window: KV use x capacity / running streams (observe/figures.py).
         Query("kv_mean", _first(d.KV_USAGE.names, f"max by ({g}) (avg_over_time({{sel}}[{step}]))", sel)),
         Query("capacity_tokens", _first(d.CAPACITY_TOKENS.names, f"min by ({g}) ({{sel}})", sel)),
-        # The fresh prompt tokens each window prefilled (prompt less prefix-cache hits), so the fit keeps
-        # the decode pass alone (observe/fitmemory.py FitSample.decode_only).
-        Query("prompt_tokens", _first(d.PROMPT_TOKENS.names, rate, sel)),
-        Query("prefix_hits", _first(d.PREFIX_HITS.names, rate, sel)),
         Query("cache_config", f"max by ({g}, num_gpu_blocks, block_size) ({sel(d.CACHE_CONFIG.regex)})",
               "cache_config"),
     )

@@ -42,7 +42,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from infertune.model.perf import MAX_PREFILL_SHARE, LayoutGrid, PerformanceModel, Region, classify_region
+from infertune.model.perf import LayoutGrid, PerformanceModel, Region, classify_region
 from infertune.model.queueing import busy_distribution, sustainable_rates
 from infertune.planner.types import PlanRequest
 
@@ -55,6 +55,8 @@ WORKING_SET_Z = 1.645
 # running one is torn down only past RUNNING_KV_RISK (so a shape at the boundary is not restarted
 # every time the request shape moves).
 KV_RISK = 0.05
+# Past this share of its time prefilling, a replica's decode is as good as stalled.
+MAX_PREFILL_SHARE = 0.95
 RUNNING_KV_RISK = 0.25
 
 
@@ -261,25 +263,15 @@ def with_prefill(tps: FloatArray, slots: FloatArray, e2e: FloatArray, fresh_toke
     """Per-stream speed once decode shares its steps with the prefill of the requests that keep every
     slot busy: a step runs each stream's token and any prefill chunk, so a request decoding n tokens
     also waits for the prefills that start meanwhile, a Poisson count judged at its WORKING_SET_Z tail
-    (a short answer sees few, so its speed varies most).
-
-    The pass is judged as a stream's inter-token time shows it, the decode pass stretched by the mean
-    share of time prefilling, with the count's tail on top. That counts the mean share twice, and is kept
-    as a margin: answers are not all the mean's length, and the shortest meet the floor least (one prompt's
-    prefill inside one of a few gaps sinks their speed), which the count at the mean answer does not see.
-    Judged on the decode pass alone, the bench's Azure code trace (28-token answers on average) ran TP4
-    c=8 and 82.24% of its answers met the floor; with the margin, 95.79% (docs/bench.md, History). On one
-    busy TP4 replica of the twin at c=8 with that trace's mean request, a third of the answers are 10
-    tokens or fewer, and 18% of those decode below the floor, against 13% of all answers."""
+    (a short answer sees few, so its speed varies most)."""
     pass_seconds = 1.0 / tps
     prefill_seconds = fresh_tokens / prefill_rate if prefill_rate > 0 else 0.0
     turnover = slots / e2e
     share = np.clip(turnover * prefill_seconds, 0.0, MAX_PREFILL_SHARE)
     tokens = max(output_tokens - 1.0, 1.0)  # the SLA's speed is the mean after the first token
-    stretched = pass_seconds / (1.0 - share)
-    starts = turnover * tokens * stretched
+    starts = turnover * tokens * pass_seconds / (1.0 - share)
     tail = starts + WORKING_SET_Z * np.sqrt(starts)
-    out: FloatArray = tokens / (tokens * stretched + tail * prefill_seconds)
+    out: FloatArray = tokens / (tokens * pass_seconds + tail * prefill_seconds)
     return out
 
 
