@@ -317,3 +317,32 @@ def test_a_move_for_cost_waits_for_a_measured_pass_but_an_unsafe_shape_does_not(
     unsafe = PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900)
     d = decide(plan(unmeasured, fresh(3.0), NOW), unsafe, fresh(3.0), RAILS, NOW)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
+
+
+def test_a_running_shape_stays_while_the_working_set_measured_keeps_it_under_the_line():
+    """Requests finishing with 110K-token contexts put the running TP4 c=8 over the KV line by the model,
+    while its running streams hold 85K each: on a quiet night that mean, over the few long sessions that
+    finish in a load, swings that far while what the pods hold stays put. The fleet stays and follows the
+    demand. It goes when the streams' own rise, carried a load ahead, crosses the line too, when the
+    engine reports the cliff, or when no working set is measured."""
+    heavy = request(3.0)
+    scaled = replace(heavy.workload, fresh_tokens=heavy.workload.fresh_tokens * 1.3,
+                     cached_tokens=heavy.workload.cached_tokens * 1.3)
+    heavy = replace(heavy, workload=scaled)
+    running = Layout(4, 8, 11)
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 11),))
+
+    def decided(obs: Observation):
+        p = plan(heavy, obs, NOW)
+        assert p.sized(running) is None  # over the line by the model
+        return decide(p, state, obs, RAILS, NOW)
+
+    measured = replace(fresh(3.0), stream_context_tokens=85_000.0, stream_context_growth_tokens=0.0)
+    d = decided(measured)
+    assert d.action is not Action.RELAYOUT and (d.target is None or d.target.same_shape(running))
+    growing = decided(replace(measured, stream_context_growth_tokens=30_000.0))
+    assert growing.action is Action.RELAYOUT and growing.reason == "CurrentLayoutUnsafe"
+    at_cliff = decided(replace(measured, kv_usage=0.99))
+    assert at_cliff.action is Action.RELAYOUT and at_cliff.reason == "CurrentLayoutUnsafe"
+    unmeasured = decided(fresh(3.0))
+    assert unmeasured.action is Action.RELAYOUT and unmeasured.reason == "CurrentLayoutUnsafe"

@@ -95,6 +95,9 @@ class Observation:
     # The same over the metrics history's whole memory (15 minutes), where the above is over the last model
     # load: with few streams running it swings as sessions end and start, and a trough is not its level.
     stream_context_recent_tokens: float | None = None
+    # By how many tokens the above will have grown one model load ahead along its own significant rise
+    # (0 when it shows none); None when not settled over a load or too few streams ran to tell.
+    stream_context_growth_tokens: float | None = None
     # (running batch, seconds per pass, tokens per running stream; 0 when the KV figures are missing)
     fit_samples: tuple[tuple[float, float, float], ...] = field(default=())
 

@@ -191,10 +191,22 @@ def _recent_bins(points: Sequence[DemandPoint], now: float, horizon_s: float, wi
 def rising(points: Sequence[DemandPoint], now: float, horizon_s: float) -> float | None:
     """Any figure's value one `horizon_s` ahead when it rises significantly (the same test as the
     demand's trend), else None: a context that grows is planned for as it will be when a layout
-    ordered now serves."""
+    ordered now serves.
+
+    The value is the low end of the line's TREND_T_STAT band at the horizon, not the line itself, and
+    None unless that is above the level now. A context is carried ahead to decide whether the running
+    shape must be torn down, and a line through a dozen noisy bins, carried a whole window ahead, can
+    double a steady context: a spell of long sessions finishing after the quiet first minutes of a
+    fleet's sessions did, and rolled a safe fleet to a shape twice as dear (docs/bench.md, History). A
+    steady growth has a narrow band, so its low end is near the line."""
     width = bin_seconds(horizon_s)
     bins = binned([p for p in points if now - p.time <= max(TREND_WINDOW_BINS * width, horizon_s)], width)
-    return _trend(bins, now, horizon_s, _level(bins, 0.0), width)
+    level = _level(bins, 0.0)
+    line = _line(bins, now, horizon_s, level, width)
+    if line is None:
+        return None
+    low = line.ahead - TREND_T_STAT * line.ahead_stderr
+    return min(low, MAX_GROWTH * max(level, 1e-9)) if low > level else None
 
 
 def _level(bins: Sequence[DemandPoint], current: float) -> float:
@@ -203,7 +215,21 @@ def _level(bins: Sequence[DemandPoint], current: float) -> float:
     return sum(b.rate for b in last) / len(last) if last else current
 
 
+@dataclass(frozen=True)
+class _Line:
+    """A significant rise: the least-squares line's value one horizon ahead and its standard error."""
+
+    ahead: float
+    ahead_stderr: float
+
+
 def _trend(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: float, width: float) -> float | None:
+    line = _line(bins, now, horizon_s, level, width)
+    return None if line is None else min(line.ahead, MAX_GROWTH * max(level, 1e-9))
+
+
+def _line(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: float, width: float) -> _Line | None:
+    """The bins' line one `horizon_s` ahead when its slope is positive and significant, else None."""
     window = max(TREND_WINDOW_BINS * width, horizon_s)
     points = [b for b in bins if now - b.time <= window]
     if len(points) < MIN_TREND_BINS:
@@ -215,11 +241,13 @@ def _trend(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: flo
     spread = float(np.sum((t - t.mean()) ** 2))
     if spread <= 0:
         return None
-    stderr = math.sqrt(float(np.sum(residual ** 2)) / max(len(points) - 2, 1) / spread)
+    sigma = math.sqrt(float(np.sum(residual ** 2)) / max(len(points) - 2, 1))
+    stderr = sigma / math.sqrt(spread)
     # A perfect line (no residual) is significant when it moves at all over a load.
     significant = (slope / stderr >= TREND_T_STAT if stderr > 0
                    else slope * horizon_s > 0.01 * max(level, 1e-9))
     if slope <= 0 or not significant:
         return None
-    ahead = float(intercept + slope * horizon_s)
-    return min(ahead, MAX_GROWTH * max(level, 1e-9))
+    # The mean response's standard error at the horizon: it grows with the distance from the bins' middle.
+    ahead_stderr = sigma * math.sqrt(1.0 / len(points) + (horizon_s - float(t.mean())) ** 2 / spread)
+    return _Line(float(intercept + slope * horizon_s), ahead_stderr)

@@ -173,6 +173,9 @@ class PressureHistory:
             return obs
         obs = replace(obs, stream_context_tokens=self._stream_context(key, obs, horizon),
                       stream_context_recent_tokens=self._stream_context(key, obs, None))
+        if horizon is not None:
+            obs = replace(obs, stream_context_growth_tokens=self._working_set_growth(
+                key, obs.sample_time, horizon, obs.stream_context_tokens))
         recorded: Sequence[ShapePoint] = self._shapes.get(key) or ()
         shapes = recorded
         if horizon is not None and shapes:
@@ -187,7 +190,7 @@ class PressureHistory:
             # A prompt that keeps growing is planned for as it will be one load ahead (never less than now),
             # by no more tokens than the running streams' measured working set grows meanwhile.
             ahead = rising([DemandPoint(p.time, p.prompt) for p in recorded], obs.sample_time, horizon)
-            growth = self._working_set_growth(key, obs.sample_time, horizon, obs.stream_context_tokens)
+            growth = obs.stream_context_growth_tokens
             if ahead is not None and growth is not None:
                 ahead = min(ahead, prompt + growth)
             prompt = max(prompt, ahead or 0.0)

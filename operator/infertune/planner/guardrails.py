@@ -16,7 +16,7 @@ from infertune.planner.candidates import KV_RISK
 from infertune.planner.keep import fills_pool, giving_way_rollout, kept_at_least, pods_kept
 from infertune.planner.plan import Plan
 from infertune.planner.rollout import Rollout, peak_gpus, reachable
-from infertune.planner.running import applied_unsafe, past_cliff, roomier, slo_missed
+from infertune.planner.running import applied_unsafe, measured_working_set_holds, past_cliff, roomier, slo_missed
 from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState, stabilization_window
 
 # A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
@@ -454,6 +454,8 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
            now: float) -> Decision:
     applied = state.applied
     current = None if applied is None else plan.sized(applied)
+    if applied is not None and current is None and measured_working_set_holds(plan, applied, observation):
+        current = plan.sized(applied, over_line=True)
     unsafe = applied_unsafe(plan, applied, current, observation)
     proposed, rollout = plan.layout, None
     if applied is not None and proposed is not None and not applied.same_shape(proposed):

@@ -12,6 +12,7 @@ import math
 
 from infertune.api.observation import Observation
 from infertune.model.early_warning import CLIFF_USAGE
+from infertune.planner.candidates import RUNNING_KV_RISK
 from infertune.planner.plan import Plan
 from infertune.planner.types import Layout
 
@@ -56,6 +57,25 @@ def roomier(proposed: Layout | None, applied: Layout) -> bool:
     """More KV pool per stream (the pool grows with TP): a move away from the cliff."""
     return proposed is not None and (proposed.tensor_parallel_size * applied.max_num_seqs
                                      > applied.tensor_parallel_size * proposed.max_num_seqs)
+
+
+def measured_working_set_holds(plan: Plan, applied: Layout, obs: Observation | None) -> bool:
+    """Whether the running shape, which the model puts over the KV line, stays under it at the working set
+    the fleet measures: the KV a running stream holds (the larger of its mean over the last load and over
+    the metrics history's memory), carried one load ahead along its own significant rise.
+
+    The model judges the finished requests' mean prompt, and on a quiet night that mean, over the few
+    long sessions that finish in a load, swings by half again while what the running streams hold stays
+    put: on the bench's week it tore a TP4 c=6-7 fleet down to TP8 and back nine times in two days, a
+    model load of double pay each (docs/bench.md, History). Contexts that really grow grow in the running
+    streams first, and their rise is carried ahead, so a growing workload still moves a load early. An
+    engine at the cliff, or one without KV figures, leaves the model's verdict standing."""
+    if obs is None or not obs.available or past_cliff(obs) or obs.stream_context_tokens is None:
+        return False
+    held = (max(obs.stream_context_tokens, obs.stream_context_recent_tokens or 0.0)
+            + (obs.stream_context_growth_tokens or 0.0))
+    risk = plan.kv_risk_measured(applied, held)
+    return risk is not None and risk <= RUNNING_KV_RISK
 
 
 def applied_unsafe(plan: Plan, applied: Layout | None, current: Layout | None, obs: Observation | None) -> bool:
