@@ -66,10 +66,10 @@ def measured_working_set_holds(plan: Plan, applied: Layout, obs: Observation | N
 
     The model judges the finished requests' mean prompt, and on a quiet night that mean, over the few
     long sessions that finish in a load, swings by half again while what the running streams hold stays
-    put: on the bench's week it tore a TP4 c=6-7 fleet down to TP8 and back nine times in two days, a
-    model load of double pay each (docs/bench.md, History). Contexts that really grow grow in the running
-    streams first, and their rise is carried ahead, so a growing workload still moves a load early. An
-    engine at the cliff, or one without KV figures, leaves the model's verdict standing."""
+    put (91-134K against 81-92K on the bench's week, docs/bench.md, History); a re-layout on it costs a
+    model load of double pay. Contexts that really grow grow in the running streams first, and their rise
+    is carried ahead, so a growing workload still moves a load early. An engine at the cliff, or one
+    without KV figures, leaves the model's verdict standing."""
     if obs is None or not obs.available or past_cliff(obs) or obs.stream_context_tokens is None:
         return False
     held = (max(obs.stream_context_tokens, obs.stream_context_recent_tokens or 0.0)
