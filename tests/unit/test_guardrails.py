@@ -340,6 +340,9 @@ def test_a_running_shape_stays_while_the_working_set_measured_keeps_it_under_the
     measured = replace(fresh(3.0), stream_context_tokens=85_000.0, stream_context_growth_tokens=0.0)
     d = decided(measured)
     assert d.action is not Action.RELAYOUT and (d.target is None or d.target.same_shape(running))
+    assert d.running_wanted == 11
+    fewer = decide(plan(heavy, measured, NOW), replace(state, applied=Layout(4, 8, 8)), measured, RAILS, NOW)
+    assert fewer.action is Action.SCALE_UP and fewer.target == Layout(4, 8, 10)  # max step 2
     growing = decided(replace(measured, stream_context_growth_tokens=30_000.0))
     assert growing.action is Action.RELAYOUT and growing.reason == "CurrentLayoutUnsafe"
     at_cliff = decided(replace(measured, kv_usage=0.99))

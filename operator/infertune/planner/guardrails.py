@@ -16,7 +16,14 @@ from infertune.planner.candidates import KV_RISK
 from infertune.planner.keep import fills_pool, giving_way_rollout, kept_at_least, pods_kept
 from infertune.planner.plan import Plan
 from infertune.planner.rollout import Rollout, peak_gpus, reachable
-from infertune.planner.running import applied_unsafe, measured_working_set_holds, past_cliff, roomier, slo_missed
+from infertune.planner.running import (
+    applied_unsafe,
+    measured_working_set_holds,
+    past_cliff,
+    roomier,
+    slo_missed,
+    working_set_held,
+)
 from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState, stabilization_window
 
 # A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
@@ -208,20 +215,18 @@ def check_working_set_measured(ctx: _Context) -> Check:
     A move to more room, a running shape the model or the engine finds unsafe, and a full pool giving
     way do not wait."""
     obs = ctx.observation
-    measured = None if obs is None else obs.stream_context_tokens
-    if (not _is_relayout(ctx) or ctx.applied_unsafe or measured is None or ctx.proposed is None
+    held = working_set_held(obs)
+    if (not _is_relayout(ctx) or ctx.applied_unsafe or held is None or obs is None or ctx.proposed is None
             or (ctx.rollout is not None and ctx.rollout.max_unavailable > 0)):
         return _ok("working-set-measured")
     assert ctx.applied is not None
     if roomier(ctx.proposed, ctx.applied):
         return _ok("working-set-measured")
-    recent = obs.stream_context_recent_tokens if obs is not None else None
-    held = max(measured, recent or 0.0)
     risk = ctx.plan.kv_risk_measured(ctx.proposed, held)
     if risk is None or risk <= KV_RISK:
         return _ok("working-set-measured")
     planned = ctx.plan.workload.context_tokens
-    over = "the last load" if held == measured else "the metrics history"
+    over = "the last load" if held == obs.stream_context_tokens else "the metrics history"
     return _hold("working-set-measured", DecisionReason.WORKING_SET_ABOVE_PLAN,
                  f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: a running "
                  f"stream holds {held:,.0f} tokens of KV (its mean over {over}) "

@@ -70,12 +70,20 @@ def measured_working_set_holds(plan: Plan, applied: Layout, obs: Observation | N
     model load of double pay. Contexts that really grow grow in the running streams first, and their rise
     is carried ahead, so a growing workload still moves a load early. An engine at the cliff, or one
     without KV figures, leaves the model's verdict standing."""
-    if obs is None or not obs.available or past_cliff(obs) or obs.stream_context_tokens is None:
+    held = working_set_held(obs)
+    if held is None or obs is None or past_cliff(obs):
         return False
-    held = (max(obs.stream_context_tokens, obs.stream_context_recent_tokens or 0.0)
-            + (obs.stream_context_growth_tokens or 0.0))
-    risk = plan.kv_risk_measured(applied, held)
+    risk = plan.kv_risk_measured(applied, held + (obs.stream_context_growth_tokens or 0.0))
     return risk is not None and risk <= RUNNING_KV_RISK
+
+
+def working_set_held(obs: Observation | None) -> float | None:
+    """The KV a running stream holds, as the fleet measures it: the larger of its mean over the last model
+    load and over the metrics history's memory, since with few streams running it swings as sessions end
+    and start, and a trough is not its level. None when unmeasured."""
+    if obs is None or not obs.available or obs.stream_context_tokens is None:
+        return None
+    return max(obs.stream_context_tokens, obs.stream_context_recent_tokens or 0.0)
 
 
 def applied_unsafe(plan: Plan, applied: Layout | None, current: Layout | None, obs: Observation | None) -> bool:
