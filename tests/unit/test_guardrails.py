@@ -341,8 +341,12 @@ def test_a_running_shape_stays_while_the_working_set_measured_keeps_it_under_the
     d = decided(measured)
     assert d.action is not Action.RELAYOUT and (d.target is None or d.target.same_shape(running))
     assert d.running_wanted == 11
+    # explain says why a shape the model puts over the line stays.
+    assert ("TP4 max-num-seqs 8 stays though the model puts it over the KV line at the finished requests' 110,256 "
+            "tokens: a running stream holds 85,000 (measured)") in d.message
     fewer = decide(plan(heavy, measured, NOW), replace(state, applied=Layout(4, 8, 8)), measured, RAILS, NOW)
     assert fewer.action is Action.SCALE_UP and fewer.target == Layout(4, 8, 10)  # max step 2
+    assert fewer.message.startswith("8 -> 10 replica(s)") and "85,000 (measured)" in fewer.message
     growing = decided(replace(measured, stream_context_growth_tokens=30_000.0))
     assert growing.action is Action.RELAYOUT and growing.reason == "CurrentLayoutUnsafe"
     at_cliff = decided(replace(measured, kv_usage=0.99))

@@ -91,6 +91,26 @@ def test_a_prompt_trend_the_running_streams_do_not_show_is_not_carried_ahead():
     assert settled.stream_context_growth_tokens == 0.0
 
 
+def test_a_few_sessions_climbing_through_their_turns_are_not_carried_ahead():
+    """The climb of the test above (streams 500 tokens a second, prompts 1K), with three streams running:
+    a quiet night's few sessions, each climbing through its own turns, rise together for minutes while
+    nothing in the workload grows, and will have ended a load ahead (the bench's week carried 25-90K so on
+    1-3 streams and tore a safe shape down six times). Their working set is read as it is, and the
+    prompt's climb is not carried either. Twelve streams climbing so are a workload that grows."""
+    def climb(running: float) -> Observation:
+        history = PressureHistory()
+        for t in range(0, 60):
+            record(history, obs(float(t), 40_000 + 1_000 * t, running=running, stream_context_tokens=60_000 + 500 * t))
+        return history.settled(KEY, obs(59.0, 99_000, running=running, stream_context_tokens=89_500), horizon=15.0)
+
+    few = climb(3.0)
+    assert few.stream_context_growth_tokens == 0.0
+    assert few.mean_prompt_tokens == pytest.approx(sum(40_000 + 1_000 * t for t in range(44, 60)) / 16)
+    many = climb(12.0)
+    assert many.stream_context_growth_tokens == pytest.approx(12_250)
+    assert many.mean_prompt_tokens == pytest.approx(91_500 + 12_250)
+
+
 def test_a_steady_prompt_is_not_planned_as_growing_while_the_running_streams_are_measured():
     """A quiet night, twelve times over: one to three completions a poll, heavy-tailed prompts, no trend,
     and 5-19 streams running with a steady working set. Alone, the prompt's trend carried by its line

@@ -80,6 +80,12 @@ class StreamContextPoint:
 # Fewer running streams than this over the horizon tell too little of the working set to plan on.
 MIN_STREAM_WEIGHT = 4.0
 
+# Fewer streams than this running on average over a load are a few sessions, each climbing through its own
+# turns: their mean rises for minutes together while nothing in the workload grows, and a line through it
+# passes its test (the bench's week at night: 1-3 streams on five pods, a rise of 25-90K carried a load ahead,
+# and a running TP4 c=7 torn down six times, docs/bench.md, History). Their working set is read as it is.
+MIN_TREND_STREAMS = 8.0
+
 _Timed = TypeVar("_Timed", PressurePoint, ShapePoint, StreamContextPoint)
 DEMAND_POINTS = 360
 
@@ -225,10 +231,14 @@ class PressureHistory:
         Contexts that really grow grow in the streams still running first, so the prompt is carried ahead
         by no more tokens than the working set measured over the same window grows: in tokens, not as a
         ratio, since a session's own history is what grows and the answer half-way held (and a prefix
-        the cache shares) only dilute the ratio. Unmeasured, the prompt's trend stands alone."""
+        the cache shares) only dilute the ratio. Unmeasured, the prompt's trend stands alone. With fewer
+        than MIN_TREND_STREAMS running on average over the load, the rise is a few sessions' own, and 0."""
         if level is None:
             return None
         recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
+        load = [p for p in recorded if p.time >= now - horizon]
+        if sum(p.running for p in load) < MIN_TREND_STREAMS * len(load):
+            return 0.0
         ahead = rising([DemandPoint(p.time, p.tokens) for p in recorded], now, horizon)
         return 0.0 if ahead is None else max(ahead - level, 0.0)
 

@@ -18,6 +18,7 @@ from infertune.planner.plan import Plan
 from infertune.planner.rollout import Rollout, peak_gpus, reachable
 from infertune.planner.running import (
     applied_unsafe,
+    measured_hold_note,
     measured_working_set_holds,
     past_cliff,
     roomier,
@@ -459,8 +460,20 @@ def decide(plan: Plan, state: PlannerState, observation: Observation | None, gua
            now: float) -> Decision:
     applied = state.applied
     current = None if applied is None else plan.sized(applied)
-    if applied is not None and current is None and measured_working_set_holds(plan, applied, observation):
+    measured_hold = (applied is not None and current is None
+                     and measured_working_set_holds(plan, applied, observation))
+    if measured_hold and applied is not None:
         current = plan.sized(applied, over_line=True)
+    decision = _decide(plan, state, observation, guardrails, now, current)
+    if measured_hold and applied is not None and (decision.target is None or decision.target.same_shape(applied)):
+        # The model's verdict was overruled: say so, or `explain` shows a shape kept over the line unasked.
+        decision = replace(decision, message=f"{decision.message}; {measured_hold_note(plan, applied, observation)}")
+    return decision
+
+
+def _decide(plan: Plan, state: PlannerState, observation: Observation | None, guardrails: Guardrails,
+            now: float, current: Layout | None) -> Decision:
+    applied = state.applied
     unsafe = applied_unsafe(plan, applied, current, observation)
     proposed, rollout = plan.layout, None
     if applied is not None and proposed is not None and not applied.same_shape(proposed):

@@ -77,6 +77,19 @@ def measured_working_set_holds(plan: Plan, applied: Layout, obs: Observation | N
     return risk is not None and risk <= RUNNING_KV_RISK
 
 
+def measured_hold_note(plan: Plan, applied: Layout, obs: Observation | None) -> str:
+    """What `explain` says of a running shape kept by `measured_working_set_holds`: the model's context, the
+    working set measured, and the risk the shape runs at it."""
+    held = working_set_held(obs) or 0.0
+    growth = (obs.stream_context_growth_tokens or 0.0) if obs is not None else 0.0
+    risk = plan.kv_risk_measured(applied, held + growth) or 0.0
+    ahead = f" and {growth:,.0f} more a load ahead" if growth > 0 else ""
+    return (f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs} stays though the model puts it over "
+            f"the KV line at the finished requests' {plan.workload.context_tokens:,.0f} tokens: a running stream holds "
+            f"{held:,.0f}{ahead} (measured), at which it is past the line {risk:.0%} of the time (a running shape "
+            f"is torn down past {RUNNING_KV_RISK:.0%})")
+
+
 def working_set_held(obs: Observation | None) -> float | None:
     """The KV a running stream holds, as the fleet measures it: the larger of its mean over the last model
     load and over the metrics history's memory, since with few streams running it swings as sessions end
