@@ -82,8 +82,8 @@ MIN_STREAM_WEIGHT = 4.0
 
 # Fewer streams than this running on average over a load are a few sessions, each climbing through its own
 # turns: their mean rises for minutes together while nothing in the workload grows, and a line through it
-# passes its test (the bench's week at night: 1-3 streams on five pods, a rise of 25-90K carried a load ahead,
-# and a running TP4 c=7 torn down six times, docs/bench.md, History). Their working set is read as it is.
+# passes its test (the bench's week at night: 0-3 streams on three to five pods, a rise of 25-90K carried a
+# load ahead, and a running TP4 c=7 torn down six times, docs/bench.md, History). Their working set is read as it is.
 MIN_TREND_STREAMS = 8.0
 
 _Timed = TypeVar("_Timed", PressurePoint, ShapePoint, StreamContextPoint)

@@ -70,10 +70,7 @@ def measured_working_set_holds(plan: Plan, applied: Layout, obs: Observation | N
     model load of double pay. Contexts that really grow grow in the running streams first, and their rise
     is carried ahead, so a growing workload still moves a load early. An engine at the cliff, or one
     without KV figures, leaves the model's verdict standing."""
-    held = working_set_held(obs)
-    if held is None or obs is None or past_cliff(obs):
-        return False
-    risk = plan.kv_risk_measured(applied, held + (obs.stream_context_growth_tokens or 0.0))
+    risk = _measured_risk(plan, applied, obs)
     return risk is not None and risk <= RUNNING_KV_RISK
 
 
@@ -81,13 +78,26 @@ def measured_hold_note(plan: Plan, applied: Layout, obs: Observation | None) -> 
     """What `explain` says of a running shape kept by `measured_working_set_holds`: the model's context, the
     working set measured, and the risk the shape runs at it."""
     held = working_set_held(obs) or 0.0
-    growth = (obs.stream_context_growth_tokens or 0.0) if obs is not None else 0.0
-    risk = plan.kv_risk_measured(applied, held + growth) or 0.0
+    growth = _growth(obs)
     ahead = f" and {growth:,.0f} more a load ahead" if growth > 0 else ""
     return (f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs} stays though the model puts it over "
             f"the KV line at the finished requests' {plan.workload.context_tokens:,.0f} tokens: a running stream holds "
-            f"{held:,.0f}{ahead} (measured), at which it is past the line {risk:.0%} of the time (a running shape "
-            f"is torn down past {RUNNING_KV_RISK:.0%})")
+            f"{held:,.0f}{ahead} (measured), at which it is past the line "
+            f"{_measured_risk(plan, applied, obs) or 0.0:.0%} of the time (a running shape is torn down past "
+            f"{RUNNING_KV_RISK:.0%})")
+
+
+def _measured_risk(plan: Plan, applied: Layout, obs: Observation | None) -> float | None:
+    """The running shape's KV risk at the working set held plus its rise a load ahead; None when the engine
+    is at the cliff, the working set is unmeasured, or the plan did not consider the shape."""
+    held = working_set_held(obs)
+    if held is None or past_cliff(obs):
+        return None
+    return plan.kv_risk_measured(applied, held + _growth(obs))
+
+
+def _growth(obs: Observation | None) -> float:
+    return (obs.stream_context_growth_tokens or 0.0) if obs is not None else 0.0
 
 
 def working_set_held(obs: Observation | None) -> float | None:
