@@ -174,6 +174,26 @@ def test_a_missing_request_rate_holds_instead_of_falling_back_to_the_hint():
     assert d.action is Action.HOLD and d.reason == "NoDemandFigure"
 
 
+def test_a_new_replica_without_a_rate_delays_no_scale_up_and_allows_nothing_else():
+    # Three pods carry 6 req/s and a fourth, just ready, has no rate yet: the demand is at least 6.
+    floor = Observation("ns", "kimi", sample_time=NOW - 5, available=True, running=40.0, waiting=0.0,
+                        arrival_rate_floor=6.0)
+    p, d = run(6.0, PlannerState(applied=Layout(4, 8, 3)), floor)
+    assert p.demand_is_floor and "at least 6.00 req/s" in p.reason
+    assert d.action is Action.SCALE_UP and d.target == Layout(4, 8, 5)
+    assert "a new replica has no rate yet" in d.message
+    # The same floor on a fleet it does not outgrow says nothing: no pod goes on a partial sum.
+    _, d = run(6.0, PlannerState(applied=Layout(4, 8, 30)), floor)
+    assert d.action is Action.HOLD and d.reason == "NoDemandFigure" and d.target is None
+    # Nor does another shape: a read of every replica moves TP8 c=16 to the plan's TP4 c=8, the floor
+    # only adds TP8 c=16 pods.
+    rated = replace(floor, arrival_rate=6.0, arrival_rate_floor=None)
+    _, d = run(6.0, PlannerState(applied=Layout(8, 16, 2)), rated)
+    assert d.action is Action.RELAYOUT and d.target is not None and d.target.tensor_parallel_size == 4
+    _, d = run(6.0, PlannerState(applied=Layout(8, 16, 2)), floor)
+    assert d.action is Action.SCALE_UP and d.target == Layout(8, 16, 4)
+
+
 def test_a_queue_counts_as_demand():
     served = Observation("ns", "kimi", sample_time=NOW - 5, available=True, arrival_rate=3.0, waiting=0.0)
     queued = replace(served, waiting=120.0)  # 120 waiting = 2 more req/s for a minute

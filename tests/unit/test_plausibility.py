@@ -176,3 +176,64 @@ def test_more_decoding_streams_than_a_replica_can_run_are_not_believed() -> None
     obs = build_observation(KEY, [absurd], limits, 100.0, 120.0, {})
     # Not available: the hub feeds the fit only from an observation it believes (controller/hub.py).
     assert obs.fault is MetricsFault.IMPLAUSIBLE and not obs.available and "decoding streams" in obs.message
+
+
+def test_a_new_replica_without_a_rate_leaves_a_floor_and_the_rated_replicas_means() -> None:
+    from infertune.observe.figures import PodFigures, build_observation
+
+    gauges = {"kv_usage": 0.3, "running": 4.0, "waiting": 2.0}
+    served = {"ttft_count": 1.5, "completions": 1.5, "prompt_length_sum": 3_000.0, "prompt_length_count": 1.5}
+    pods = [PodFigures(f"p-{i}", "vllm", 100.0, gauges, dict(served)) for i in range(2)]
+    new = PodFigures("p-2", "vllm", 100.0, gauges, {})  # ready since the last scrape: no counter rate yet
+    obs = build_observation(KEY, [*pods, new], None, 100.0, 120.0, {})
+    assert obs.available and obs.arrival_rate is None and obs.completion_rate is None  # half a sum is no sum
+    assert obs.arrival_rate_floor == pytest.approx(3.0) and obs.mean_prompt_tokens == pytest.approx(2_000.0)
+    assert obs.demand_rate is None and obs.demand_floor == pytest.approx(3.0 + 6.0 / 60.0)
+    whole = build_observation(KEY, pods, None, 100.0, 120.0, {})
+    assert whole.arrival_rate == pytest.approx(3.0) and whole.arrival_rate_floor is None and whole.demand_floor is None
+
+
+def test_a_floor_that_jumps_is_held_and_one_below_the_figure_is_no_reference() -> None:
+    guard = JumpGuard()
+    calm = Observation(*KEY, sample_time=0.0, available=True, arrival_rate=2.0, waiting=0.0)
+    assert guard.judge(KEY, calm).available
+    absurd = Observation(*KEY, sample_time=15.0, available=True, arrival_rate_floor=2e4, waiting=0.0)
+    held = guard.judge(KEY, absurd)
+    assert held.fault is MetricsFault.IMPLAUSIBLE and "at least" in held.message
+    partial = Observation(*KEY, sample_time=30.0, available=True, arrival_rate_floor=0.2, waiting=0.0)
+    assert guard.judge(KEY, partial).available
+    # The partial floor did not become the reference: 2.2 req/s next is no jump from it.
+    back = Observation(*KEY, sample_time=45.0, available=True, arrival_rate=2.2, waiting=0.0)
+    assert guard.judge(KEY, back).available
+
+
+def _joined(fleet: Fleet, pod: str) -> None:
+    """A pod that just became ready: its first scrape comes with the next poll."""
+    fleet.payloads[pod] = EnginePayload(running=4, kv_usage=0.4)
+    fleet.source.set_targets([PodTarget(*KEY, p, f"http://{p}:8000/metrics") for p in fleet.payloads])
+
+
+def test_a_replica_that_just_became_ready_does_not_hold_a_rising_fleet() -> None:
+    """The real pods source: a new pod's first scrape has no counter rate. When the pods with a rate
+    already carry more than the fleet is sized for, the cycle adds pods on that floor instead of waiting
+    a scrape; a fall waits for every pod's rate."""
+    world = World()
+    fleet = _settled(world)
+    for _ in range(2):
+        fleet.serve(rps=2.0)
+    world.tune(after=0.0)
+    before = world.running()
+    assert before is not None and before.replicas == 2
+    _joined(fleet, "kimi-k2-1")
+    obs = fleet.serve(rps=6.0)  # the old pod alone now carries 6 req/s
+    assert obs is not None and obs.arrival_rate is None and obs.demand_floor is not None
+    outcome = world.tune(after=70.0)
+    grown = world.running()
+    assert grown is not None and grown.replicas > before.replicas and grown.same_shape(before)
+    assert outcome is not None and "a new replica has no rate yet" in outcome.decision.message
+
+    world.clock.now += 400.0  # past every scale-down cooldown and window
+    _joined(fleet, "kimi-k2-2")
+    fleet.serve(rps=0.3)
+    outcome = world.tune(after=0.0)
+    assert outcome is not None and outcome.decision.reason == "NoDemandFigure" and world.running() == grown

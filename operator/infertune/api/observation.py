@@ -78,6 +78,10 @@ class Observation:
     mean_kv_usage: float | None = None
     preemption_rate: float | None = None  # sum
     arrival_rate: float | None = None  # sum, requests/s
+    # The same sum over the replicas that have a rate while one that just became ready has none yet (its
+    # counters need a second scrape): the demand is at least this. None when every replica has a rate
+    # (then `arrival_rate` is the figure) or none has.
+    arrival_rate_floor: float | None = None
     completion_rate: float | None = None  # sum, requests/s
     mean_prompt_tokens: float | None = None
     mean_cached_tokens: float | None = None
@@ -109,6 +113,15 @@ class Observation:
         if not self.available or self.arrival_rate is None:
             return None
         return max(self.arrival_rate, 0.0) + max(self.waiting or 0.0, 0.0) / BACKLOG_DRAIN_SECONDS
+
+    @property
+    def demand_floor(self) -> float | None:
+        """Requests/s the fleet is asked for at least, while a replica that just became ready has no rate
+        yet: the rated replicas' arrivals plus the whole queue. Enough to add replicas on, never to remove
+        any. None when the demand is known (`demand_rate`) or nothing is."""
+        if not self.available or self.arrival_rate is not None or self.arrival_rate_floor is None:
+            return None
+        return max(self.arrival_rate_floor, 0.0) + max(self.waiting or 0.0, 0.0) / BACKLOG_DRAIN_SECONDS
 
     @property
     def stream_tps(self) -> float | None:

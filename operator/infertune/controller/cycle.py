@@ -108,7 +108,8 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
                     rollout_surge=1 if workload is None else workload.max_surge,
                     rollout_unavailable=0 if workload is None else workload.max_unavailable,
                     ready_replicas=None if workload is None else workload.ready)
-    current = None if inp.observation is None else inp.observation.demand_rate
+    obs = inp.observation
+    current = None if obs is None else obs.demand_rate if obs.demand_rate is not None else obs.demand_floor
     look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
                                                 request.guardrails.model_load_seconds, inp.arrival_points)
     the_plan = plan(request, inp.observation, inp.now, look)
@@ -123,7 +124,7 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     if target is not None:
         applied = st.applied_status(target, inp.resolved.gpu.gpus_per_node, st.iso(inp.now))
     held = mode.action is Action.HOLD
-    obs, slo = inp.observation, request.slo
+    slo = request.slo
     updates = [
         st.metrics_condition(obs), st.slo_condition(obs, slo), st.headroom_condition(obs, inp.warning),
         ConditionUpdate(ConditionType.PROGRESSING.value, "True" if target else "False",

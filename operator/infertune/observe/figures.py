@@ -159,6 +159,29 @@ def _rate_figures(rates: Mapping[str, float | None]) -> RateFigures:
     )
 
 
+def _fleet_rate_figures(figs: Sequence[PodFigures]) -> tuple[RateFigures, float | None]:
+    """The deployment's rate figures, and the arrival rate of the replicas that have one while a replica
+    that just became ready has none yet (None otherwise). Sums need every replica: half a sum is not a
+    sum. Means are a ratio of two sums over the same replicas, so the rated ones' means are the traffic's
+    shape, where None would put the spec's hint in its place."""
+    whole = _rate_figures({k: _sum([_rate(f, k) for f in figs]) for k in _RATE_KEYS})
+    rated = [f for f in figs if _rate(f, "ttft_count") is not None]
+    if whole["arrival_rate"] is not None or not rated:
+        return whole, None
+    part = _rate_figures({k: _sum([_rate(f, k) for f in rated]) for k in _RATE_KEYS})
+    return _with_means(whole, part), part["arrival_rate"]
+
+
+def _with_means(sums: RateFigures, means: RateFigures) -> RateFigures:
+    """`sums`' sums with `means`' means."""
+    return RateFigures(
+        preemption_rate=sums["preemption_rate"], arrival_rate=sums["arrival_rate"],
+        completion_rate=sums["completion_rate"], mean_prompt_tokens=means["mean_prompt_tokens"],
+        mean_cached_tokens=means["mean_cached_tokens"], mean_generated_tokens=means["mean_generated_tokens"],
+        mean_inter_token_seconds=means["mean_inter_token_seconds"], prefix_hit_rate=means["prefix_hit_rate"],
+    )
+
+
 def replica_observation(fig: PodFigures) -> ReplicaObservation:
     rates = {k: _rate(fig, k) for k in _RATE_KEYS}
     return ReplicaObservation(
@@ -368,7 +391,7 @@ def implausible_means(obs: Observation) -> str | None:
 def _assemble(key: DeploymentKey, figs: Sequence[PodFigures], verdict: Judgement, now: float,
               deployment_ttft: Mapping[float, float]) -> Observation:
     reps = tuple(replica_observation(f) for f in figs)
-    rates = {k: _sum([_rate(f, k) for f in figs]) for k in _RATE_KEYS}
+    rate_figures, arrival_floor = _fleet_rate_figures(figs)
     usages = [r.kv_usage for r in reps]
     known_usage = [u for u in usages if u is not None]
     capacities = [f.capacity_tokens for f in figs if f.capacity_tokens is not None]
@@ -384,7 +407,8 @@ def _assemble(key: DeploymentKey, figs: Sequence[PodFigures], verdict: Judgement
         waiting=_sum([r.waiting for r in reps]),
         kv_usage=max(known_usage) if known_usage and len(known_usage) == len(usages) else None,
         mean_kv_usage=sum(known_usage) / len(known_usage) if known_usage else None,
-        **_rate_figures(rates),
+        **rate_figures,
+        arrival_rate_floor=arrival_floor,
         ttft_p50_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[0])),
         ttft_p95_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[1])),
         ttft_p99_seconds=_finite(deployment_ttft.get(TTFT_QUANTILES[2])),

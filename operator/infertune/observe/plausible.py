@@ -69,10 +69,10 @@ class JumpGuard:
     def judge(self, key: DeploymentKey, obs: Observation) -> Observation:
         """`obs` as it is, or held as ImplausibleValue when its demand jumped and nothing confirms it."""
         now = obs.demand_rate  # what the planner sizes for (None when unavailable or unknown)
-        if now is None:
-            return obs
         at = obs.sample_time
         trusted = self._trusted.get(key)
+        if now is None:
+            return self._judge_floor(key, obs, trusted)
         if trusted is None or at - trusted[0] > self.memory_seconds or not _jumped(trusted[1], now, self.factor,
                                                                                     self.floor):
             return self._trust(key, at, now, obs)
@@ -85,6 +85,20 @@ class JumpGuard:
             obs, available=False, fault=MetricsFault.IMPLAUSIBLE,
             message=f"demand jumped from {trusted[1]:.3g} to {now:.3g} req/s in one poll; held until the next "
                     "poll confirms it")
+
+    def _judge_floor(self, key: DeploymentKey, obs: Observation,
+                     trusted: tuple[float, float] | None) -> Observation:
+        """A demand floor (a new replica has no rate yet) may add replicas, so a jump up from the last
+        trusted figure is held like any other; it becomes no reference itself, and a floor below the
+        figure says nothing (the replicas without a rate carry the rest)."""
+        floor = obs.demand_floor
+        if (floor is None or trusted is None or obs.sample_time - trusted[0] > self.memory_seconds
+                or floor <= trusted[1] or not _jumped(trusted[1], floor, self.factor, self.floor)):
+            return obs
+        return dataclasses.replace(
+            obs, available=False, fault=MetricsFault.IMPLAUSIBLE,
+            message=f"demand jumped from {trusted[1]:.3g} to at least {floor:.3g} req/s in one poll (a new replica "
+                    "has no rate yet); held until a reading of every replica confirms it")
 
     def _trust(self, key: DeploymentKey, at: float, now: float, obs: Observation) -> Observation:
         self._trusted[key] = (at, now)

@@ -102,10 +102,22 @@ def check_metrics_fresh(ctx: _Context) -> Check:
         limit = ctx.rails.stale_after_s
         return _hold("metrics", DecisionReason.METRICS_STALE, f"newest sample is {age:.0f} s old (limit {limit:.0f} s)")
     if obs.arrival_rate is None:
-        # A replica that just became ready has no rate yet: the demand is unknown, not the hint.
+        if _adds_replicas_on_floor(ctx):
+            return _ok("metrics", DecisionReason.METRICS_FRESH,
+                       f"the demand is at least {obs.demand_floor:.2f} req/s (a new replica has no rate yet)")
+        # A replica that just became ready has no rate yet: the demand is unknown, not the hint, and its
+        # floor (the rated replicas') proves only that more are needed.
         return _hold("metrics", DecisionReason.NO_DEMAND_FIGURE,
                      "no request rate yet (a new replica needs a second scrape)")
     return _ok("metrics", DecisionReason.METRICS_FRESH)
+
+
+def _adds_replicas_on_floor(ctx: _Context) -> bool:
+    """A scale-up of the running shape that the demand's floor alone asks for: the demand is at least
+    what sized it, so waiting a scrape for the new replica's rate only delays pods a rising load needs."""
+    applied, proposed = ctx.applied, ctx.proposed
+    return (ctx.plan.demand_is_floor and applied is not None and proposed is not None
+            and applied.same_shape(proposed) and proposed.replicas > applied.replicas)
 
 
 def check_plan_feasible(ctx: _Context) -> Check:
@@ -444,6 +456,8 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
     elif proposed.replicas > wanted.replicas:
         message += (f" (demand wants {wanted.replicas}; {proposed.replicas} were recommended within the last "
                     f"{stabilization_window(rails):.0f} s)")
+    if ctx.plan.demand_is_floor and ctx.plan.demand_rps is not None:
+        message += f", for at least {ctx.plan.demand_rps:.2f} req/s (a new replica has no rate yet)"
     return Decision(action, target, wanted, reason, message, tuple(checks), ctx.now,
                     running_wanted=wanted.replicas)
 
@@ -476,7 +490,11 @@ def _decide(plan: Plan, state: PlannerState, observation: Observation | None, gu
     applied = state.applied
     unsafe = applied_unsafe(plan, applied, current, observation)
     proposed, rollout = plan.layout, None
-    if applied is not None and proposed is not None and not applied.same_shape(proposed):
+    if plan.demand_is_floor and applied is not None:
+        # A floor of the demand sizes the running shape up, or nothing: which shape is best, and how
+        # many pods fewer would do, wait for every replica's rate.
+        proposed = None if unsafe else current
+    elif applied is not None and proposed is not None and not applied.same_shape(proposed):
         kept = pods_kept(plan, state, applied, current, unsafe, guardrails, now)
         rollout = reachable(plan, applied, running_safe=not unsafe, keep=kept,
                             load_seconds=guardrails.model_load_seconds,

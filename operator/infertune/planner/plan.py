@@ -54,6 +54,8 @@ class Plan:
     # Every feasible shape sized for the demand, best first (the choice leads): where the guardrails
     # look when the choice cannot be reached from what runs without dropping capacity.
     ranked: tuple[Layout, ...] = ()
+    # The demand is a floor (a new replica has no rate yet): it may add replicas, never remove or re-shape.
+    demand_is_floor: bool = False
 
     @property
     def needed_gpus(self) -> int:
@@ -151,10 +153,14 @@ def observed_demand(request: PlanRequest, observation: Observation | None,
                     outlook: DemandOutlook | None = None) -> float | None:
     """Requests/s to size for. The hint only until metrics exist: once they do, a missing rate is
     unknown (the guardrails hold), never the hint. With an outlook (model/forecast.py), the demand
-    one model load ahead: the largest of the current rate, the recent bursts, the trend and the season."""
+    one model load ahead: the largest of the current rate, the recent bursts, the trend and the season.
+    While a replica that just became ready has no rate yet, the current rate is the rated replicas' (plus
+    the queue), a floor of the demand."""
     if observation is None or not observation.available:
         return request.demand_rps
     current = observation.demand_rate
+    if current is None:
+        current = observation.demand_floor  # a floor: the guardrails let it add replicas only
     if current is None:
         return None
     return max(current, outlook.sized) if outlook is not None else current
@@ -177,9 +183,10 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     )
     table = build_table(request, perf)
     demand = observed_demand(request, observation, outlook)
+    floor = demand is not None and observation is not None and observation.demand_floor is not None
     feasible = np.flatnonzero(table.verdict == Verdict.FEASIBLE)
     if feasible.size == 0:
-        return _infeasible(request, table, workload, demand, now)
+        return replace(_infeasible(request, table, workload, demand, now), demand_is_floor=floor)
 
     tp = table.tp[feasible]
     rate = _rates(table, feasible)
@@ -207,14 +214,14 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     headroom_gpus = max(chosen_replicas - min(int(bare[best]), chosen_replicas), 0) * choice.tp
     shortfall = max(int(needed[best]) - chosen_replicas, 0) * choice.tp
     layout = Layout(choice.tp, choice.max_num_seqs, chosen_replicas) if chosen_replicas > 0 else None
-    reason = _why(choice, chosen_replicas, demand, shortfall, int(feasible.size), len(table))
+    reason = _why(choice, chosen_replicas, demand, shortfall, int(feasible.size), len(table), floor)
     ranked = tuple(Layout(int(tp[i]), int(table.concurrency[feasible[i]]), int(replicas[i]))
                    for i in order if replicas[i] > 0)
     return Plan(
         feasible=layout is not None, reason=reason, choice=choice, layout=layout, table=table, workload=workload,
         demand_rps=demand, needed_replicas=int(needed[best]), capacity_shortfall_gpus=shortfall,
         closest=None, decided_at=now, sizing=_sizing(request, demand, outlook), ranked=ranked,
-        headroom_gpus=headroom_gpus,
+        headroom_gpus=headroom_gpus, demand_is_floor=floor,
     )
 
 
@@ -235,8 +242,10 @@ def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
     return rates
 
 
-def _why(choice: Candidate, replicas: int, demand: float | None, shortfall: int, feasible: int, total: int) -> str:
-    demand_text = (f"{replicas} replica(s) for {demand:.2f} req/s" if demand is not None
+def _why(choice: Candidate, replicas: int, demand: float | None, shortfall: int, feasible: int, total: int,
+         floor: bool = False) -> str:
+    at_least = "at least " if floor else ""
+    demand_text = (f"{replicas} replica(s) for {at_least}{demand:.2f} req/s" if demand is not None
                    else f"{replicas} replica(s) (no demand figure yet)")
     text = (f"TP{choice.tp} max-num-seqs {choice.max_num_seqs}: ${choice.cost_per_million_tokens:.3f}/M tokens, "
             f"{choice.per_stream_tps:.1f} tok/s per stream, TTFT {choice.ttft_seconds:.2f} s, "
