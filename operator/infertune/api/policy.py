@@ -32,8 +32,10 @@ class PolicyTuning(ApiModel):
     replicas: ReplicaRange | None = None
     kv_headroom_percent: int | None = Field(default=None, ge=0, le=90)
     burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=(
-        "Capacity kept spare above the measured demand when replicas are sized, for bursts faster than a "
-        "model load; the GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
+        "Capacity kept spare, when replicas are sized, above the demand now and the level its trend and "
+        "daily profile forecast one model load ahead, for bursts faster than a model load; where the recent "
+        "bursts' 98th percentile asks for more, that figure is the spare and nothing is stacked on it. The "
+        "GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
     hysteresis_percent: int | None = Field(default=None, ge=0, le=100)
     max_replica_step: int | None = Field(default=None, ge=1)
     stale_after: Duration | None = None

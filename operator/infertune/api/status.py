@@ -61,8 +61,8 @@ class Recommendation(ApiModel):
     capacity_shortfall_gpus: int | None = None
     demand: DemandFigures | None = None
     burst_headroom_gpus: int | None = Field(default=None, description=(
-        "GPUs the burst headroom (spec.tuning.burstHeadroomPercent) holds above the sized demand: its cost "
-        "in GPU-hours per hour."))
+        "GPUs the burst headroom (spec.tuning.burstHeadroomPercent) holds above what the demand figures "
+        "alone need: its cost in GPU-hours per hour (0 while the recent bursts ask for more)."))
 
 
 class ObservedFigures(ApiModel):

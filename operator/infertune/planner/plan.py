@@ -191,8 +191,9 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     tp = table.tp[feasible]
     rate = _rates(table, feasible)
     upper = _replica_bounds(request, tp)
-    if demand is not None and demand > 0:
-        needed = np.ceil(demand * (1.0 + request.demand_headroom) / rate).astype(np.int64)
+    spared = _spared(demand, request.demand_headroom, outlook)
+    if demand is not None and demand > 0 and spared is not None:
+        needed = np.ceil(spared / rate).astype(np.int64)
         bare = np.maximum(np.ceil(demand / rate).astype(np.int64), request.replicas_min)
     else:
         needed = np.zeros(tp.shape, dtype=np.int64)
@@ -225,8 +226,19 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     )
 
 
+def _spared(demand: float | None, headroom: float, outlook: DemandOutlook | None) -> float | None:
+    """The demand with the standing headroom: kept above the rate now and the level the trend and the season
+    forecast, while the recent bursts' quantile is a spare of its own and gets none on top."""
+    if demand is None or demand <= 0:
+        return None
+    if outlook is None or outlook.burst is None:
+        return demand * (1.0 + headroom)
+    level = max(v for v in (outlook.current, outlook.trend, outlook.seasonal) if v is not None)
+    return max(level * (1.0 + headroom), outlook.burst, demand)
+
+
 def _sizing(request: PlanRequest, demand: float | None, outlook: DemandOutlook | None) -> Sizing:
-    wanted = None if demand is None or demand <= 0 else demand * (1.0 + request.demand_headroom)
+    wanted = _spared(demand, request.demand_headroom, outlook)
     level = None if outlook is None else outlook.arrival_level
     settled = outlook is not None and outlook.full_window and outlook.burst is not None
     return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level, settled)
