@@ -195,15 +195,15 @@ def test_a_new_replica_without_a_rate_leaves_a_floor_and_the_rated_replicas_mean
 
 def test_a_floor_that_jumps_is_held_and_one_below_the_figure_is_no_reference() -> None:
     guard = JumpGuard()
-    calm = Observation(*KEY, sample_time=0.0, available=True, arrival_rate=2.0, waiting=0.0)
+    calm = Observation(*KEY, sample_time=0.0, available=True, arrival_rate=8.0, waiting=0.0)
     assert guard.judge(KEY, calm).available
     absurd = Observation(*KEY, sample_time=15.0, available=True, arrival_rate_floor=2e4, waiting=0.0)
     held = guard.judge(KEY, absurd)
     assert held.fault is MetricsFault.IMPLAUSIBLE and "at least" in held.message
-    partial = Observation(*KEY, sample_time=30.0, available=True, arrival_rate_floor=0.2, waiting=0.0)
+    partial = Observation(*KEY, sample_time=30.0, available=True, arrival_rate_floor=1.0, waiting=0.0)
     assert guard.judge(KEY, partial).available
-    # The partial floor did not become the reference: 2.2 req/s next is no jump from it.
-    back = Observation(*KEY, sample_time=45.0, available=True, arrival_rate=2.2, waiting=0.0)
+    # The partial floor did not become the reference: from 1 req/s, 8.5 would be a jump held a poll.
+    back = Observation(*KEY, sample_time=45.0, available=True, arrival_rate=8.5, waiting=0.0)
     assert guard.judge(KEY, back).available
 
 

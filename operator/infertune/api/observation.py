@@ -124,6 +124,13 @@ class Observation:
         return max(self.arrival_rate_floor, 0.0) + max(self.waiting or 0.0, 0.0) / BACKLOG_DRAIN_SECONDS
 
     @property
+    def demand_read(self) -> float | None:
+        """What this reading says of the demand: `demand_rate`, or while a replica has no rate yet its
+        `demand_floor` (the guardrails then let it add replicas only)."""
+        known = self.demand_rate
+        return known if known is not None else self.demand_floor
+
+    @property
     def stream_tps(self) -> float | None:
         """Per-stream decode speed: one token per inter-token interval."""
         itl = self.mean_inter_token_seconds

@@ -109,7 +109,7 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
                     rollout_unavailable=0 if workload is None else workload.max_unavailable,
                     ready_replicas=None if workload is None else workload.ready)
     obs = inp.observation
-    current = None if obs is None else obs.demand_rate if obs.demand_rate is not None else obs.demand_floor
+    current = None if obs is None else obs.demand_read
     look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
                                                 request.guardrails.model_load_seconds, inp.arrival_points)
     the_plan = plan(request, inp.observation, inp.now, look)

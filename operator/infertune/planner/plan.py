@@ -158,9 +158,7 @@ def observed_demand(request: PlanRequest, observation: Observation | None,
     the queue), a floor of the demand."""
     if observation is None or not observation.available:
         return request.demand_rps
-    current = observation.demand_rate
-    if current is None:
-        current = observation.demand_floor  # a floor: the guardrails let it add replicas only
+    current = observation.demand_read
     if current is None:
         return None
     return max(current, outlook.sized) if outlook is not None else current
@@ -192,7 +190,7 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     rate = _rates(table, feasible)
     upper = _replica_bounds(request, tp)
     spared = _spared(demand, request.demand_headroom, outlook)
-    if demand is not None and demand > 0 and spared is not None:
+    if demand is not None and spared is not None:
         needed = np.ceil(spared / rate).astype(np.int64)
         bare = np.maximum(np.ceil(demand / rate).astype(np.int64), request.replicas_min)
     else:
@@ -228,13 +226,14 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
 
 def _spared(demand: float | None, headroom: float, outlook: DemandOutlook | None) -> float | None:
     """The demand with the standing headroom: kept above the rate now and the level the trend and the season
-    forecast, while the recent bursts' quantile is a spare of its own and gets none on top."""
+    forecast, while the recent bursts' quantile is a spare of its own and gets none on top. `demand` is the
+    largest of the outlook's figures (`observed_demand`), so the bursts' quantile is in it already."""
     if demand is None or demand <= 0:
         return None
     if outlook is None or outlook.burst is None:
         return demand * (1.0 + headroom)
     level = max(v for v in (outlook.current, outlook.trend, outlook.seasonal) if v is not None)
-    return max(level * (1.0 + headroom), outlook.burst, demand)
+    return max(level * (1.0 + headroom), demand)
 
 
 def _sizing(request: PlanRequest, demand: float | None, outlook: DemandOutlook | None) -> Sizing:
