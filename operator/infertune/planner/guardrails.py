@@ -279,9 +279,13 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
     price_per_gpu_second = _price(ctx) / 3600.0
     baseline = ctx.current or ctx.applied
     if baseline.gpus - ctx.proposed.gpus < ctx.rails.hysteresis * baseline.gpus:
+        # A dearer shape is proposed when the running one is inside the risk a running shape may run at
+        # but over the one a new shape may start at (planner/candidates.py): it saves nothing.
+        saved = ("more than now" if ctx.proposed.gpus > baseline.gpus
+                 else f"less than {ctx.rails.hysteresis:.0%} saved")
         return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
                      f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} needs "
-                     f"{ctx.proposed.gpus} GPUs against {baseline.gpus}: less than {ctx.rails.hysteresis:.0%} saved")
+                     f"{ctx.proposed.gpus} GPUs against {baseline.gpus}: {saved}")
     saving = (baseline.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
     restart = ctx.rollout.extra_gpu_seconds * price_per_gpu_second
     if saving <= restart:
