@@ -8,8 +8,8 @@ the largest:
 - **current**: the rate now (served requests plus the waiting queue drained over a minute);
 - **burst**: a high quantile of the binned demand over the recent past (at least two model loads):
   traffic that bursts keeps the capacity its bursts took, smooth traffic gets little more than its mean;
-- **trend**: the bins' least-squares line carried one model load ahead, when the slope is significant
-  (a ramp is met when it arrives, not a load later);
+- **trend**: the least-squares line through the last load's bins carried one model load ahead, when the
+  slope is significant (a ramp is met when it arrives, not a load later);
 - **seasonal**: the level now times the ratio of the learnt daily and weekly profile at now + load to
   its value now (the morning ramp of yesterday predicts today's).
 
@@ -38,7 +38,10 @@ BURST_QUANTILE = 0.98
 BURST_WINDOW_BINS = 30
 MIN_BURST_BINS = 5
 # A trend reads this many bins back (and at least one load), needs a few, and a slope this many
-# standard errors above zero.
+# standard errors above zero. The demand's trend reads one load back (and MIN_TREND_BINS at least): it is
+# carried one load ahead, and a ramp that steepens, as requests do while new sessions' turns pile up,
+# is followed a load behind its slope, not TREND_WINDOW_BINS behind (3.3 loads at the 5 s bins' floor).
+# A context's trend keeps the longer window: a few sessions' contexts are noisier than a fleet's demand.
 TREND_WINDOW_BINS = 10
 MIN_TREND_BINS = 6
 TREND_T_STAT = 2.0
@@ -224,13 +227,15 @@ class _Line:
 
 
 def _trend(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: float, width: float) -> float | None:
-    line = _line(bins, now, horizon_s, level, width)
+    line = _line(bins, now, horizon_s, level, width, window_bins=MIN_TREND_BINS)
     return None if line is None else min(line.ahead, MAX_GROWTH * max(level, 1e-9))
 
 
-def _line(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: float, width: float) -> _Line | None:
-    """The bins' line one `horizon_s` ahead when its slope is positive and significant, else None."""
-    window = max(TREND_WINDOW_BINS * width, horizon_s)
+def _line(bins: Sequence[DemandPoint], now: float, horizon_s: float, level: float, width: float,
+          window_bins: int = TREND_WINDOW_BINS) -> _Line | None:
+    """The bins' line one `horizon_s` ahead, fitted to the last `window_bins` bins and at least one
+    horizon, when its slope is positive and significant, else None."""
+    window = max(window_bins * width, horizon_s)
     points = [b for b in bins if now - b.time <= window]
     if len(points) < MIN_TREND_BINS:
         return None
