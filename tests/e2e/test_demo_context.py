@@ -26,7 +26,7 @@ def _relieved(sample: Sample, first: dict[str, int]) -> bool:
             or (sample.replicas_wanted or 0) > first["replicas"] or (sample.tp or 0) > first["tensorParallelSize"])
 
 
-async def test_growing_contexts_are_met_before_the_first_preemption_and_below_the_headroom_line(loop: Loop) -> None:
+async def test_growing_contexts_are_met_before_the_first_preemption_and_never_at_the_cliff(loop: Loop) -> None:
     await loop.start()
     first = (await loop.status())["applied"]
     loop.traffic(Phase(0, 0.3, 40_000), Phase(10, 0.3, 40_000), Phase(40, 0.3, 100_000))
