@@ -185,3 +185,16 @@ def test_a_running_shape_the_model_says_misses_ttft_is_sized_by_its_flat_out_rat
     tp8_c12 = next(c for c in result.candidates() if (c.tp, c.max_num_seqs) == (8, 12))
     assert not result.feasible and tp8_c12.reason.startswith("TTFTAboveSLO") and tp8_c12.sustainable_rate == 0.0
     assert result.sized(Layout(8, 12, 1)) == Layout(8, 12, math.ceil(2.0 * 1.15 / tp8_c12.request_rate))
+
+
+def test_the_kv_risk_of_a_near_certain_spread_is_a_probability_without_overflow():
+    """A working set whose spread is all but zero (a hint of one exact request size) is certainly under or
+    over the line: risk 0 or 1, computed without a float overflow on the way (numpy set to raise)."""
+    import numpy as np
+
+    from infertune.planner.candidates import kv_risk
+
+    with np.errstate(all="raise"):
+        under = kv_risk(np.array([0.5]), np.array([4.0]), np.array([0.1]), np.array([10.0]), 1e-160, 0.9)
+        over = kv_risk(np.array([2.0]), np.array([4.0]), np.array([0.1]), np.array([10.0]), 1e-160, 0.9)
+    assert 0.0 <= under[0] < 1e-12 and over[0] == 1.0

@@ -218,7 +218,8 @@ def _sizing_e2e(grid: LayoutGrid, perf: PerformanceModel) -> FloatArray:
 def _normal_sf(z: FloatArray) -> FloatArray:
     """P(Z > z) for a standard normal (Abramowitz and Stegun 7.1.26, error under 1.5e-7): the core
     has numpy only, which has no erf."""
-    x = np.abs(z) / math.sqrt(2.0)
+    # Past 26 the tail is under 1e-290, i.e. 0 for any risk; the clip keeps x * x and exp finite.
+    x = np.minimum(np.abs(z) / math.sqrt(2.0), 26.0)
     t = 1.0 / (1.0 + 0.3275911 * x)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     tail = 0.5 * poly * np.exp(-x * x)
