@@ -74,3 +74,24 @@ def test_explain_shows_the_demand_sized_for_the_headroom_cost_and_the_rollout() 
     assert "sized for 2.5 req/s one model load ahead (now 1.2, bursts 2.5; driven by burst)" in out
     assert "burst headroom 15% holds 4 GPU(s): 4 GPU-hours an hour, 96 a day" in out
     assert "re-layout:    rolls out in" in out and "wave(s)" in out
+
+
+def test_explain_says_a_start_on_the_napkin_alone_was_sized_on_a_slower_pass() -> None:
+    """Before any pass is measured, at a batch where the napkin missed its anchor, the per-pass line says
+    the replicas were sized on a slower pass, and by how much."""
+    import yaml
+
+    from infertune.api.policy import parse_policy
+    from infertune.api.spec import parse_spec
+    from infertune.commands.explain import render_explanation
+    from infertune.planner import plan
+    from infertune.planner.request import resolve
+
+    spec = yaml.safe_load((ROOT / "examples/kimi-k2.6-b200.yaml").read_text())["spec"]
+    spec["workload"] = {"freshTokens": 1150, "cachedTokens": 0, "outputTokens": 210, "expectedRequestsPerSecond": "9"}
+    spec["tuning"]["concurrency"] = {"min": 20, "max": 20}
+    policy = yaml.safe_load((ROOT / "policies/coding-agent.yaml").read_text())["spec"]
+    resolved = resolve(parse_spec(spec), parse_policy(policy), None)
+    out = render_explanation(resolved, {}, plan(resolved.request, None, 0.0), 4)
+    line = next(x for x in out.splitlines() if x.startswith("per pass:"))
+    assert "napkin" in line and "sized on a pass 14% slower" in line

@@ -19,7 +19,7 @@ from infertune.model import (
     unique_experts,
     workload_preset,
 )
-from infertune.model.perf import Region
+from infertune.model.perf import ANCHOR_PASS_RATIO, Region, unmeasured_pass_factor
 from infertune.model.roofline import NapkinAssumptions, memory_seconds
 
 KIMI = load_model("kimi-k2.6")
@@ -127,3 +127,13 @@ def test_regions_along_the_tp8_curve_with_the_seed_fit():
     assert perf.predict(8, 8).per_stream_tps == pytest.approx(54, rel=0.05)
     # A line cannot see the bend: beyond its samples the calibrated napkin takes over.
     assert perf.per_pass(8, 64).source == "fit+napkin"
+
+
+def test_the_unmeasured_sizing_factor_is_the_napkins_miss_at_the_load_tests_measured_passes():
+    """Measured / napkin at TP8 on the load test's traffic: ~54 tok/s a stream at B=8, 36.8 ms at B=16."""
+    napkin = PerformanceModel(KIMI, B200, CODING)
+    for batch, measured in ((8, 1 / 54), (16, 0.0368)):
+        ratio = dict(ANCHOR_PASS_RATIO)[batch]
+        assert measured / napkin.per_pass(8, batch).seconds == pytest.approx(ratio, rel=0.01)
+    factor = unmeasured_pass_factor(np.array([1.0, 8.0, 12.0, 16.0, 64.0]))
+    assert factor[:2].tolist() == [1.0, 1.0] and 1.0 < factor[2] < factor[3] == factor[4] == 1.136

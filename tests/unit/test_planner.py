@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from infertune.model import LinearFit, load_gpu, load_model, workload_preset
 from infertune.model.perf import PerformanceModel
+from infertune.model.workload import Workload
 from infertune.planner import Layout, PlanRequest, SloTarget, Verdict, plan
 
 KIMI = load_model("kimi-k2.6")
@@ -198,3 +199,25 @@ def test_the_kv_risk_of_a_near_certain_spread_is_a_probability_without_overflow(
         under = kv_risk(np.array([0.5]), np.array([4.0]), np.array([0.1]), np.array([10.0]), 1e-160, 0.9)
         over = kv_risk(np.array([2.0]), np.array([4.0]), np.array([0.1]), np.array([10.0]), 1e-160, 0.9)
     assert 0.0 <= under[0] < 1e-12 and over[0] == 1.0
+
+
+def _chat_replicas(concurrency: int, **changes) -> int:
+    chat = Workload(fresh_tokens=1_150, cached_tokens=0, output_tokens=210)
+    request = seed_request(workload=chat, tp_sizes=(4,), concurrency_min=concurrency, concurrency_max=concurrency,
+                           fits={}, demand_rps=29.0, demand_headroom=0.0,
+                           slo=SloTarget(min_stream_tps=15.0, max_ttft_seconds=3.0), **changes)
+    result = plan(request, None, now=0.0)
+    assert result.layout is not None, result.reason
+    return result.layout.replicas
+
+
+def test_before_any_pass_is_measured_a_busy_replica_is_rated_with_the_napkins_miss_at_its_anchor():
+    """A start planned on the napkin alone, at a batch where the B200 load test measured the napkin 12%
+    fast, asks for the replicas that miss would need; once a pass is measured at the napkin's own value,
+    the same demand needs fewer. Where the batch is small (the napkin read slow there) nothing changes."""
+    chat = Workload(fresh_tokens=1_150, cached_tokens=0, output_tokens=210)
+    at_napkin = {4: (20.0, PerformanceModel(KIMI, B200, chat).per_pass(4, 20).seconds)}
+    unmeasured, measured = _chat_replicas(20), _chat_replicas(20, measured_points=at_napkin)
+    assert unmeasured >= measured * 1.08 and unmeasured > measured
+    small = {4: (6.0, PerformanceModel(KIMI, B200, chat).per_pass(4, 6).seconds)}
+    assert _chat_replicas(6) == _chat_replicas(6, measured_points=small)

@@ -9,12 +9,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from infertune.api.policy import parse_policy
 from infertune.api.spec import API_VERSION, KIND, parse_spec
 from infertune.commands._inputs import cluster_client, number
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
 from infertune.errors import UserError
+from infertune.model.perf import unmeasured_pass_factor
 from infertune.planner import Candidate, Plan, plan
 from infertune.planner.request import Resolved, resolve
 from infertune.planner.rollout import plan_rollout
@@ -68,6 +71,10 @@ def pass_interval(c: Candidate) -> str:
             f"{c.per_pass_high_seconds * 1e3:.1f} ms, {c.pass_source})")
     if c.pessimistic:
         text += "; beyond the sampled batches, so the SLO floor and sizing were judged at the slow end"
+    factor = float(unmeasured_pass_factor(np.array([float(c.max_num_seqs)]))[0])
+    if c.pass_source == "napkin" and factor > 1.0:
+        text += (f"; nothing measured yet, so replicas were sized on a pass {factor - 1:.0%} slower (the napkin's "
+                 "miss at its B200 load test at this batch)")
     return text
 
 

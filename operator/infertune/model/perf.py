@@ -63,6 +63,20 @@ BEND_ELASTICITY = 0.28
 # Without samples the napkin's band is its known miss: first-principles napkins land 2-10x off real
 # stacks (the B200 load test); on the public sweeps of docs/model-validation.md it was 1.6-4x over.
 NAPKIN_SPREAD = 3.0
+# The napkin against its anchor, the B200 load test's passes at TP8 (seed 000: ~54 tok/s a stream at B=8,
+# 36.8 ms at B=16), as measured / napkin by batch: 8% slow where the batch is small, 12% fast once attention
+# compute bites. Before any pass is measured, replicas are sized on the napkin read that much slower where it
+# was fast (`unmeasured_pass_factor`): a start on its point alone runs at the queue's edge for a whole model
+# load when the napkin is that far off.
+ANCHOR_PASS_RATIO = ((8.0, 0.925), (16.0, 1.136))
+
+
+def unmeasured_pass_factor(batch: FloatArray) -> FloatArray:
+    """What the napkin's pass is multiplied by to size replicas while nothing is measured: the anchor's
+    measured / napkin at this batch (held beyond its two points), never below 1."""
+    xs, ys = zip(*ANCHOR_PASS_RATIO, strict=True)
+    factor: FloatArray = np.maximum(np.interp(np.asarray(batch, dtype=float), xs, ys), 1.0)
+    return factor
 # A calibration carried to another TP: the band widens by this factor per octave of TP away.
 TRANSFER_SPREAD_PER_OCTAVE = 1.25
 # Concurrencies below the smallest asked for, at which the region's elasticity is also probed: every

@@ -42,7 +42,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from infertune.model.perf import LayoutGrid, PerformanceModel, Region, classify_region
+from infertune.model.perf import LayoutGrid, PerformanceModel, Region, classify_region, unmeasured_pass_factor
 from infertune.model.queueing import busy_distribution, sustainable_rates
 from infertune.planner.types import PlanRequest
 
@@ -209,7 +209,11 @@ class CandidateTable:
 
 
 def _sizing_e2e(grid: LayoutGrid, perf: PerformanceModel) -> FloatArray:
-    """Request time replicas are sized by: at the slow end of the interval where a fit extrapolates."""
+    """Request time replicas are sized by: at the slow end of the interval where a fit extrapolates, and
+    with the napkin's known miss at its anchor while nothing at all has been measured."""
+    if grid.source == "napkin":
+        napkin_read_slow = grid.per_pass_seconds * unmeasured_pass_factor(grid.concurrency)
+        return grid.ttft_seconds + perf.workload.output_tokens * napkin_read_slow
     slow = grid.ttft_seconds + perf.workload.output_tokens * grid.per_pass_high
     e2e: FloatArray = np.where(grid.extrapolated, slow, grid.e2e_seconds)
     return e2e
