@@ -221,3 +221,22 @@ def test_before_any_pass_is_measured_a_busy_replica_is_rated_with_the_napkins_mi
     assert unmeasured >= measured * 1.08 and unmeasured > measured
     small = {4: (6.0, PerformanceModel(KIMI, B200, chat).per_pass(4, 6).seconds)}
     assert _chat_replicas(6) == _chat_replicas(6, measured_points=small)
+
+
+def test_the_hedge_on_an_unmeasured_pass_changes_the_count_never_the_shape(monkeypatch) -> None:
+    """Ranked on the napkin's point, the start keeps the shape it would have without the hedge (TP4 c=20 for
+    short chat requests, whose hedged rate falls past c=14 as the anchor's miss grows with the batch); only
+    the count grows."""
+    import numpy as np
+
+    import infertune.planner.candidates as candidates
+
+    chat = Workload(fresh_tokens=1_142, cached_tokens=0, output_tokens=210, ttft_fresh_tokens=826, context_cv=0.62)
+    request = seed_request(workload=chat, fits={}, demand_rps=8.7, demand_headroom=0.15, pool_gpus=32,
+                           concurrency_min=4, concurrency_max=64, tp_sizes=(4, 8))
+    hedged = plan(request, None, now=0.0).layout
+    monkeypatch.setattr(candidates, "unmeasured_pass_factor", lambda batch: np.ones(np.shape(batch)))
+    bare = plan(request, None, now=0.0).layout
+    assert hedged is not None and bare is not None
+    assert (hedged.tensor_parallel_size, hedged.max_num_seqs) == (bare.tensor_parallel_size, bare.max_num_seqs)
+    assert hedged.replicas > bare.replicas

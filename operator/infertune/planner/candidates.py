@@ -26,11 +26,13 @@ point, and the planner takes its slow end for the two judgements a wrong guess w
 per-stream floor (a layout is feasible only if its streams keep the SLO speed at the interval's slow end)
 and the rate replicas are sized by (e2e at the slow end). Inside the sampled batches the fit is measured
 and the point stands; without samples at all the napkin's 2-10x band would reject everything, so the
-point stands there too until the operator has learnt. The KV line is judged on the working set's own
-p95 above, with the busy slots held for the point's e2e. (Holding them for the slow end's, where the fit
-extrapolates, was tried: the interval narrows and widens as the sampled batches move, the line's verdict
-flipped with it, and over the simulated week the operator re-laid out 57 times instead of 19 for 10%
-more GPU-hours at the same attainment.)
+point stands there too until the operator has learnt, except that the replica count is then sized with
+the napkin's miss at its anchor (`unmeasured_pass_factor`); the shape is still ranked on the point
+(`point_rate`), so a hedge on the count does not move the start to another shape. The KV line is
+judged on the working set's own p95 above, with the busy slots held for the point's e2e. (Holding them
+for the slow end's, where the fit extrapolates, was tried: the interval narrows and widens as the sampled
+batches move, the line's verdict flipped with it, and over the simulated week the operator re-laid out
+57 times instead of 19 for 10% more GPU-hours at the same attainment.)
 """
 
 from __future__ import annotations
@@ -123,7 +125,8 @@ class CandidateTable:
     kv_tail: FloatArray
     kv_risk: FloatArray  # P(working set past the line) at the sized load
     tps_tail: FloatArray  # per-stream speed when the batch's context runs to its p95
-    sustainable_rate: FloatArray
+    sustainable_rate: FloatArray  # what replica counts are sized by
+    point_rate: FloatArray  # the same on the pass's point: what shapes are ranked by (equal once measured)
     headroom_line: float
     verdict: npt.NDArray[np.int64]
     # How far each row misses its worst constraint, normalised; 0 for feasible rows.
@@ -208,10 +211,10 @@ class CandidateTable:
         return [self.row(i) for i in range(len(self))]
 
 
-def _sizing_e2e(grid: LayoutGrid, perf: PerformanceModel) -> FloatArray:
+def _sizing_e2e(grid: LayoutGrid, perf: PerformanceModel, hedged: bool = True) -> FloatArray:
     """Request time replicas are sized by: at the slow end of the interval where a fit extrapolates, and
-    with the napkin's known miss at its anchor while nothing at all has been measured."""
-    if grid.source == "napkin":
+    (`hedged`) with the napkin's known miss at its anchor while nothing at all has been measured."""
+    if grid.source == "napkin" and hedged:
         napkin_read_slow = grid.per_pass_seconds * unmeasured_pass_factor(grid.concurrency)
         return grid.ttft_seconds + perf.workload.output_tokens * napkin_read_slow
     slow = grid.ttft_seconds + perf.workload.output_tokens * grid.per_pass_high
@@ -329,13 +332,19 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         cols["short"].append(short)
     # Every TP at once: the queueing search is a handful of numpy passes however many TPs there are.
     # A TP whose weights leave no KV pool never serves, and sustains nothing.
-    rates = np.zeros((len(grids), concurrencies.size))
     serving = [i for i, g in enumerate(grids) if g.kv_capacity_tokens > 0]
-    if serving:
-        rates[serving] = sustainable_rates(concurrencies, concurrencies,
-                                           np.stack([_sizing_e2e(grids[i], perf) for i in serving]),
-                                           np.stack([grids[i].ttft_seconds for i in serving]),
-                                           request.slo.max_ttft_seconds, request.slo.ttft_percentile)
+
+    def rates_of(hedged: bool) -> FloatArray:
+        out = np.zeros((len(grids), concurrencies.size))
+        if serving:
+            out[serving] = sustainable_rates(concurrencies, concurrencies,
+                                             np.stack([_sizing_e2e(grids[i], perf, hedged) for i in serving]),
+                                             np.stack([grids[i].ttft_seconds for i in serving]),
+                                             request.slo.max_ttft_seconds, request.slo.ttft_percentile)
+        return out
+
+    rates = rates_of(hedged=True)
+    point = rates_of(hedged=False) if any(g.source == "napkin" for g in grids) else rates
     cols["rate"] = list(rates)
     # The KV line at the operating point, now that each row's sized load is known; it is the most
     # fundamental check after the weights and the pool.
@@ -354,7 +363,7 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         grids=tuple(grids), offsets=tuple(offsets), tp=cat["tp"].astype(np.int64), concurrency=cat["c"],
         per_stream_tps=cat["tps"], tps_tail=cat["tps_tail"], ttft_seconds=cat["ttft"], cost=cat["cost"],
         kv_fraction=cat["frac"], kv_tail=cat["tail"], kv_risk=cat["risk"], sustainable_rate=cat["rate"],
-        headroom_line=line,
+        point_rate=point.reshape(-1) if len(grids) else np.zeros(0), headroom_line=line,
         verdict=cat["v"].astype(np.int64), shortfall=cat["short"],
         min_stream_tps=request.slo.min_stream_tps, max_ttft_seconds=request.slo.max_ttft_seconds,
         ttft_percentile=request.slo.ttft_percentile,

@@ -193,13 +193,16 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     if demand is not None and spared is not None:
         needed = np.ceil(spared / rate).astype(np.int64)
         bare = np.maximum(np.ceil(demand / rate).astype(np.int64), request.replicas_min)
+        # Shapes are ranked on the pass's point; the count above carries any hedge on it (candidates.py).
+        ranked_needed = np.ceil(spared / _rates(table, feasible, point=True)).astype(np.int64)
     else:
         needed = np.zeros(tp.shape, dtype=np.int64)
         bare = np.full(tp.shape, request.replicas_min, dtype=np.int64)
+        ranked_needed = needed
     needed = np.maximum(needed, request.replicas_min)
     serves = needed <= upper
     replicas = np.minimum(needed, np.maximum(upper, 0))
-    fleet = replicas * tp
+    fleet = np.minimum(np.maximum(ranked_needed, request.replicas_min), np.maximum(upper, 0)) * tp
     cost = table.cost[feasible]
     tps = table.per_stream_tps[feasible]
     served = replicas * rate
@@ -243,12 +246,13 @@ def _sizing(request: PlanRequest, demand: float | None, outlook: DemandOutlook |
     return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level, settled)
 
 
-def _rates(table: CandidateTable, rows: np.ndarray) -> np.ndarray:
-    """What one replica of each row sustains with random arrivals: the rate replicas are sized by.
-    A row whose TTFT misses the SLO even unloaded has no such rate; a running shape in that state is
-    still sized (see `sized`), by its flat-out rate, rather than by a zero that asks for every GPU."""
+def _rates(table: CandidateTable, rows: np.ndarray, point: bool = False) -> np.ndarray:
+    """What one replica of each row sustains with random arrivals: the rate replicas are sized by (`point`:
+    on the pass's point, what shapes are ranked by). A row whose TTFT misses the SLO even unloaded has no
+    such rate; a running shape in that state is still sized (see `sized`), by its flat-out rate, rather
+    than by a zero that asks for every GPU."""
     flat_out = np.concatenate([g.request_rate for g in table.grids])[rows]
-    sustainable = table.sustainable_rate[rows]
+    sustainable = (table.point_rate if point else table.sustainable_rate)[rows]
     rates: np.ndarray = np.where(sustainable > 0, sustainable, flat_out)
     return rates
 
