@@ -21,23 +21,19 @@ def full_grid_request() -> PlanRequest:
     )
 
 
-def _median_ms(request: PlanRequest, runs: int) -> float:
+def _times_ms(request: PlanRequest, runs: int) -> list[float]:
     times = []
     for i in range(runs):
         start = time.perf_counter()
         plan(request, None, float(i))
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return times
 
 
 def run() -> None:
     request = full_grid_request()
-    plan(request, None, 0.0)  # warm the catalog caches
-    times = []
-    for i in range(200):
-        start = time.perf_counter()
-        result = plan(request, None, float(i))
-        times.append((time.perf_counter() - start) * 1e3)
+    result = plan(request, None, 0.0)  # warms the catalog caches
+    times = _times_ms(request, 200)
     median = statistics.median(times)
     print(f"plan, full grid ({len(result.table)} candidates: TP 1..16 x concurrency 1..256)")
     print(f"  median {median:.2f} ms, p95 {sorted(times)[int(0.95 * len(times))]:.2f} ms "
@@ -48,6 +44,6 @@ def run() -> None:
     # Before any pass is measured the queueing search runs twice: counts on the hedged pass, shapes on its point.
     unmeasured = replace(request, fits={})
     plan(unmeasured, None, 0.0)
-    napkin = _median_ms(unmeasured, 100)
+    napkin = statistics.median(_times_ms(unmeasured, 100))
     print(f"  with nothing measured (the napkin alone, counts hedged): median {napkin:.2f} ms, "
           f"{napkin / median:.2f}x the measured grid's")

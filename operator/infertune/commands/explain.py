@@ -73,8 +73,9 @@ def pass_interval(c: Candidate) -> str:
         text += "; beyond the sampled batches, so the SLO floor and sizing were judged at the slow end"
     factor = float(unmeasured_pass_factor(np.array([float(c.max_num_seqs)]))[0])
     if c.pass_source == "napkin" and factor > 1.0:
-        text += (f"; nothing measured yet, so replicas were sized on a pass {factor - 1:.0%} slower (the napkin's "
-                 "miss at its B200 load test at this batch)")
+        # Applied at the busy batch the sized load runs, so the cap's factor is the most it can be.
+        text += (f"; nothing measured yet, so replicas were sized on a pass up to {factor - 1:.0%} slower (the "
+                 "napkin's miss at its B200 load test at this batch)")
     return text
 
 

@@ -70,13 +70,6 @@ NAPKIN_SPREAD = 3.0
 # load when the napkin is that far off.
 ANCHOR_PASS_RATIO = ((8.0, 0.925), (16.0, 1.136))
 
-
-def unmeasured_pass_factor(batch: FloatArray) -> FloatArray:
-    """What the napkin's pass is multiplied by to size replicas while nothing is measured: the anchor's
-    measured / napkin at this batch (held beyond its two points), never below 1."""
-    xs, ys = zip(*ANCHOR_PASS_RATIO, strict=True)
-    factor: FloatArray = np.maximum(np.interp(np.asarray(batch, dtype=float), xs, ys), 1.0)
-    return factor
 # A calibration carried to another TP: the band widens by this factor per octave of TP away.
 TRANSFER_SPREAD_PER_OCTAVE = 1.25
 # Concurrencies below the smallest asked for, at which the region's elasticity is also probed: every
@@ -85,6 +78,14 @@ TRANSFER_SPREAD_PER_OCTAVE = 1.25
 ORDER_LADDER = 512
 
 AnyFit = LinearFit | PassFit | SampleSet
+
+
+def unmeasured_pass_factor(batch: FloatArray) -> FloatArray:
+    """What the napkin's pass is multiplied by to size replicas while nothing is measured: the anchor's
+    measured / napkin at this batch (held beyond its two points), never below 1."""
+    xs, ys = zip(*ANCHOR_PASS_RATIO, strict=True)
+    factor: FloatArray = np.maximum(np.interp(np.asarray(batch, dtype=float), xs, ys), 1.0)
+    return factor
 
 
 def _bucketed(context: float) -> float:

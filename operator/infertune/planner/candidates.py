@@ -363,7 +363,7 @@ def build_table(request: PlanRequest, perf: PerformanceModel) -> CandidateTable:
         grids=tuple(grids), offsets=tuple(offsets), tp=cat["tp"].astype(np.int64), concurrency=cat["c"],
         per_stream_tps=cat["tps"], tps_tail=cat["tps_tail"], ttft_seconds=cat["ttft"], cost=cat["cost"],
         kv_fraction=cat["frac"], kv_tail=cat["tail"], kv_risk=cat["risk"], sustainable_rate=cat["rate"],
-        point_rate=point.reshape(-1) if len(grids) else np.zeros(0), headroom_line=line,
+        point_rate=point.reshape(-1), headroom_line=line,
         verdict=cat["v"].astype(np.int64), shortfall=cat["short"],
         min_stream_tps=request.slo.min_stream_tps, max_ttft_seconds=request.slo.max_ttft_seconds,
         ttft_percentile=request.slo.ttft_percentile,
