@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from infertune.model.validation import SweepResult, report, sweep_from_mapping, validate
+from infertune.model.validation import SweepResult, report, sweep_from_mapping, transfer_report, validate
 from infertune_lab.sim.replay import replay
 
 SWEEPS = Path(__file__).resolve().parents[1] / "docs" / "validation"
@@ -30,6 +30,10 @@ def run() -> None:
         print(f"{r.sweep.name}: held-out per-pass worst {worst_fit:.1%} (napkin {worst_nap:.0%}), "
               f"TTFT worst {'n/a' if worst_ttft is None else f'{worst_ttft:.1%}'}, "
               f"{inside}/{held} measured values inside the interval")
+    carried = transfer_report([r.sweep for r in rs])
+    if carried:
+        print("\nA calibration carried across TPs (each TP predicted from another at the same batch):\n")
+        print(carried)
     print("\nThe twin replaying each published setup (fixed lengths, closed loop, no think time), with the decode "
           "pass and the prefill rate learnt on the three smallest concurrencies:\n")
     print("| sweep | prefill tok/s | MFU | learnt from | fixed cost t0 ms |")

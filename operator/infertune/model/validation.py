@@ -20,6 +20,11 @@ rate, from their TTFT against the prompt tokens (bounded by the compute roofline
 row gives TTFT), and the decode pass alone, the measured TPOT less the other streams' prefills it carried,
 fitted the same way as the per-pass time. The twin steps those prefills itself, so it is given both.
 
+A sweep may also give the same setup's pass at other TPs (`[[other_tp]]`, one concurrency each). Those check
+what the planner does for a TP it never ran: the napkin calibrated at a measured TP, carried to another, with a
+band that widens per octave of TP (perf.py `TRANSFER_SPREAD_PER_OCTAVE`). Every ordered pair is predicted at
+the batch both ran, so the miss is the carry across TPs alone, not the napkin's shape across batches.
+
 Pure: the caller reads the files; everything here is arithmetic on what they hold.
 """
 
@@ -36,9 +41,10 @@ import numpy as np
 from infertune.model.catalog import CatalogError, GpuSpec, ModelProfile, load_gpu, load_model
 from infertune.model.fit import FitError, fit_per_pass
 from infertune.model.passfit import DEFAULT_NAPKIN, PassFit, fit_pass
-from infertune.model.perf import calibration_ratio
+from infertune.model.perf import PerformanceModel, calibration_ratio
 from infertune.model.prefillfit import PrefillFit, PrefillRow, fit_prefill, request_rate, roofline_prefill_rate
 from infertune.model.roofline import NapkinAssumptions, napkin_per_pass, overhead_seconds, prefill_tokens_per_second
+from infertune.model.workload import Workload
 
 # Profile fields a sweep may override (the dtypes its checkpoint was served in), with their types.
 _OVERRIDES = {"expert_bytes_per_param": float, "weight_bytes_per_param": float, "kv_bytes_per_element": float,
@@ -60,6 +66,15 @@ class SweepPoint:
 
 
 @dataclass(frozen=True)
+class OtherTpPoint:
+    """The same setup's mean pass at another TP, at one concurrency."""
+
+    tp: int
+    concurrency: int
+    tpot_seconds: float
+
+
+@dataclass(frozen=True)
 class Sweep:
     name: str
     title: str
@@ -73,6 +88,7 @@ class Sweep:
     prompt_tokens: int
     output_tokens: int
     points: tuple[SweepPoint, ...]
+    other_tps: tuple[OtherTpPoint, ...] = ()
 
     @property
     def decode_context(self) -> float:
@@ -131,7 +147,24 @@ def sweep_from_mapping(name: str, raw: Mapping[str, Any]) -> Sweep:
                                  None if ttft_ms is None else ttft_ms / 1e3, str(row.get("outlier", ""))))
     points.sort(key=lambda p: p.concurrency)
     return Sweep(name, str(source["title"]), str(source["url"]), str(source["date"]), str(source["licence"]),
-                 str(source.get("engine", "")), model, gpu, tp, prompt, output, tuple(points))
+                 str(source.get("engine", "")), model, gpu, tp, prompt, output, tuple(points),
+                 _other_tps(name, raw.get("other_tp", []), tp))
+
+
+def _other_tps(name: str, rows: Any, tp: int) -> tuple[OtherTpPoint, ...]:
+    if not isinstance(rows, list):
+        raise SweepError(f"{name}: other_tp must be an array of tables ([[other_tp]])")
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{name}: other_tp[{i}]"
+        if not isinstance(row, Mapping):
+            raise SweepError(f"{where}: must be a table")
+        other = int(_positive(row, "tp", where) or 0)
+        if other == tp or other & (other - 1):
+            raise SweepError(f"{where}: tp {other} must be a power of two other than the sweep's own TP{tp}")
+        out.append(OtherTpPoint(other, int(_positive(row, "concurrency", where) or 0),
+                                (_positive(row, "tpot_ms", where) or 0.0) / 1e3))
+    return tuple(out)
 
 
 def per_pass_seconds(sweep: Sweep, point: SweepPoint) -> float:
@@ -294,6 +327,73 @@ def _replay_fits(sweep: Sweep, training: Sequence[SweepPoint], measured: Mapping
     fit = fit_pass(sweep.model, sweep.gpu, sweep.tp, batches, [decode[p.concurrency] for p in training],
                    [sweep.decode_context] * len(training), napkin=napkin)
     return learnt, fit
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """A pass predicted at `to_tp` from the napkin calibrated on the pass measured at `from_tp`, same batch."""
+
+    from_tp: int
+    to_tp: int
+    concurrency: int
+    measured_ms: float
+    predicted_ms: float
+    low_ms: float
+    high_ms: float
+
+    @property
+    def octaves(self) -> float:
+        return abs(math.log2(self.to_tp) - math.log2(self.from_tp))
+
+    @property
+    def miss(self) -> float:
+        """Measured over predicted: above 1, the TP ran slower than the carried calibration said."""
+        return self.measured_ms / self.predicted_ms
+
+    @property
+    def miss_per_octave(self) -> float:
+        """The miss as a factor per octave of TP, either way (>= 1)."""
+        return float(max(self.miss, 1.0 / self.miss) ** (1.0 / self.octaves))
+
+    @property
+    def inside_band(self) -> bool:
+        return self.low_ms <= self.measured_ms <= self.high_ms
+
+
+def transfers(sweep: Sweep, napkin: NapkinAssumptions = DEFAULT_NAPKIN) -> tuple[TransferResult, ...]:
+    """Every ordered pair of TPs the sweep measured at one concurrency, each predicted from the other as the
+    planner predicts a TP it never ran (a measured point at one TP, nothing at the other). The rows of other
+    TPs give no TTFT, so the batch is the concurrency for every TP alike."""
+    passes = {(o.tp, o.concurrency): o.tpot_seconds for o in sweep.other_tps}
+    for p in sweep.points:
+        if p.tpot_seconds is not None and any(o.concurrency == p.concurrency for o in sweep.other_tps):
+            passes[(sweep.tp, p.concurrency)] = p.tpot_seconds
+    workload = Workload(fresh_tokens=sweep.prompt_tokens, cached_tokens=0.0, output_tokens=sweep.output_tokens)
+    out = []
+    for (src, c), measured in sorted(passes.items()):
+        perf = PerformanceModel(sweep.model, sweep.gpu, workload, napkin=napkin,
+                                measured_points={src: (float(c), measured)})
+        for (dst, c_dst), truth in sorted(passes.items()):
+            if c_dst != c or dst == src:
+                continue
+            carried = perf.per_pass(dst, float(c))
+            out.append(TransferResult(src, dst, c, truth * 1e3, carried.seconds * 1e3, carried.low_seconds * 1e3,
+                                      carried.high_seconds * 1e3))
+    return tuple(out)
+
+
+def transfer_report(sweeps: Sequence[Sweep]) -> str:
+    """The carry across TPs as a Markdown table (docs/model-validation.md, "Across TPs")."""
+    rows = [(s, t) for s in sweeps for t in transfers(s)]
+    if not rows:
+        return ""
+    out = ["| sweep | measured at | predicted for | c | measured ms | predicted ms [band] | miss | per octave |",
+           "|---|---|---|---|---|---|---|---|"]
+    for s, t in rows:
+        out.append(f"| {s.name} | TP{t.from_tp} | TP{t.to_tp} | {t.concurrency} | {t.measured_ms:.2f} | "
+                   f"{t.predicted_ms:.2f} [{t.low_ms:.2f}, {t.high_ms:.2f}] | x{t.miss:.2f} | "
+                   f"{t.miss_per_octave:.2f} |")
+    return "\n".join(out) + "\n"
 
 
 def report(results: Sequence[SweepResult]) -> str:
