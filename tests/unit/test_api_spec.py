@@ -37,6 +37,8 @@ def _spec(**changes: Any) -> dict[str, Any]:
     ({"hardware": {"pricePerGpuHour": "six"}}, "spec.hardware.pricePerGpuHour"),
     ({"tuning": {"interval": 30}}, "spec.tuning.interval"),
     ({"tunning": {}}, "spec.tunning"),
+    ({"tuning": {"burstPercentile": 100}}, "spec.tuning.burstPercentile"),
+    ({"tuning": {"burstPercentile": 40}}, "spec.tuning.burstPercentile"),
 ])
 def test_bad_fields_are_named_in_one_line(raw: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as info:
@@ -73,6 +75,9 @@ def test_resolve_builds_the_planner_request() -> None:
     assert req.price_per_gpu_hour == 6.0 and req.pool_gpus == 32 and req.kv_headroom == 0.10
     assert req.guardrails.relayout_cooldown_s == 1800 and req.guardrails.model_load_seconds == 900
     assert req.workload.cached_tokens == 71_000
+    assert req.burst_quantile == 0.98  # the default, named by neither
+    tuned = resolve(parse_spec(_spec(tuning={**_spec()["tuning"], "burstPercentile": 90})), policy)
+    assert tuned.request.burst_quantile == 0.90
 
 
 def test_an_unknown_gpu_is_a_spec_error_naming_the_field() -> None:

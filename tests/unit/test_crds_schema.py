@@ -158,6 +158,7 @@ def _with(change: dict[str, Any]) -> dict[str, Any]:
     ({"tuning": {"tensorParallelSizes": [3, 8]}}, "tensorParallelSizes: each must be one of"),
     ({"tuning": {"mode": "auto"}}, "'auto' is not one of"),
     ({"tuning": {"kvHeadroomPercent": 150}}, "150 is greater than the maximum of 90"),
+    ({"tuning": {"burstPercentile": 100}}, "100 is greater than the maximum of 99"),
     ({"engine": {"extraArgs": ["--max-num-seqs=512"]}}, "extraArgs must not set flags the operator owns"),
     ({"engine": {"extraArgs": ["--tensor-parallel-size", "16"]}}, "must not set flags the operator owns"),
     ({"engine": {"kind": "sglang", "extraArgs": ["--tp-size=2"]}}, "must not set flags the operator owns"),

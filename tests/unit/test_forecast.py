@@ -7,6 +7,7 @@ import math
 import random
 from collections.abc import Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,19 @@ def test_bursty_traffic_keeps_the_capacity_its_bursts_took_and_smooth_traffic_do
     assert calm.burst is not None and calm.burst < 5.6 and calm.trend is None
     stormy = outlook(5.0, minutes(bursty), None, NOW, LOAD)
     assert stormy.burst is not None and stormy.burst > 15 and stormy.driver == "burst"
+
+
+def test_a_lower_burst_percentile_holds_fewer_of_the_recent_bursts():
+    """One minute in ten bursts to 4x: the 98th percentile keeps the bursts' rate, the 80th the calm's."""
+    rng = random.Random(3)
+    rates = [5.0 + (15.0 if i % 10 == 3 else 0.0) + rng.gauss(0, 0.2) for i in range(40)]
+    default = outlook(5.0, minutes(rates), None, NOW, LOAD)
+    lower = outlook(5.0, minutes(rates), None, NOW, LOAD, burst_quantile=0.8)
+    assert default.burst is not None and default.burst > 15
+    assert lower.burst is not None and lower.burst < 5.6
+    for bad in (0.0, 1.0, math.nan, 98.0):
+        with pytest.raises(ValueError, match="burst_quantile"):
+            outlook(5.0, minutes(rates), None, NOW, LOAD, burst_quantile=bad)
 
 
 def test_a_ramp_is_met_one_load_ahead_and_noise_is_not_a_ramp():

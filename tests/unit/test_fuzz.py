@@ -84,6 +84,7 @@ SPEC_PATHS: list[tuple[tuple[str, ...], st.SearchStrategy[Any]]] = [
                                                                  "max": st.integers(-2, 2000)})),
     (("tuning", "interval"), st.sampled_from(["30s", "0s", "1ms", "1h", "90", "x", "1.5m", "9999999h"])),
     (("tuning", "kvHeadroomPercent"), st.integers(-10, 200)),
+    (("tuning", "burstPercentile"), st.one_of(st.integers(-10, 200), st.sampled_from([98.5, "90", None]))),
     (("slo", "ttft", "limit"), st.sampled_from(["3s", "0ms", "1h30m", "forever", "1e9s"])),
     (("slo", "minStreamTokensPerSecond"), st.integers(-5, 10**6)),
     (("workload", "expectedRequestsPerSecond"), st.sampled_from(["1", "0", "1e12", "NaN", "5.5", "-1", "99999999"])),

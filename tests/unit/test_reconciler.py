@@ -223,3 +223,23 @@ def test_a_started_operator_learns_the_season_the_source_remembers() -> None:
     profile = world.report.current["demandProfile"]
     assert sum(profile["dailySamples"]) >= 192 and max(profile["daily"]) > 3.0
     assert world.hub.take_season(KEY) == []  # taken once
+
+
+def test_a_lower_burst_percentile_sizes_for_fewer_of_the_recent_bursts() -> None:
+    """The same bursty half hour seen by two resources: a burst of 3x filling one of its eight demand bins
+    (a quarter of the 900 s load each) is held by the default 98th percentile and left to queue at the
+    80th, which recommends fewer replicas."""
+    def half_hour(percentile: int | None) -> dict[str, Any]:
+        world = World("Recommend")
+        if percentile is not None:
+            world.spec["tuning"]["burstPercentile"] = percentile
+        world.converge()
+        for poll in range(60):
+            world.observe(rate=1.5 if 15 <= poll <= 22 else 0.5)
+            world.tune()
+        recommended: dict[str, Any] = world.report.current["recommendation"]
+        return recommended
+
+    default, lower = half_hour(None), half_hour(80)
+    assert default["demand"]["burstRps"] >= 1.3 and lower["demand"]["burstRps"] <= 0.6
+    assert lower["replicas"] < default["replicas"]

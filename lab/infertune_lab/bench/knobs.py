@@ -5,7 +5,8 @@ knob, it shows what it can buy at each price (docs/bench.md, "Frontiers"). The s
 purpose, three points or so a knob, because every point is a full run:
 
 - infertune: `spec.tuning.burstHeadroomPercent`, the capacity kept spare above the measured demand
-  when replicas are sized (default 15);
+  when replicas are sized (default 15), and `spec.tuning.burstPercentile`, the share of recent bursts
+  that capacity holds (default 98): the settings below run from the least capacity to the most;
 - static: the layout (the load test's hand pick, TP4 c=8, and the layout that serves the run's
   heaviest window on the fewest GPUs) and its replicas (sized for the peak, and 25% fewer or more);
 - hpa-kv: the HPA's AverageValue target on `vllm:kv_cache_usage_perc` (default 0.8);
@@ -20,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from infertune.planner.request import DEFAULT_BURST_HEADROOM_PERCENT
+from infertune.planner.request import DEFAULT_BURST_HEADROOM_PERCENT, DEFAULT_BURST_PERCENTILE
 from infertune.planner.types import Layout
 from infertune_lab.bench.capacity import HAND_PICKED, CapacitySweep
 from infertune_lab.bench.cases import peak_demand
@@ -31,7 +32,9 @@ from infertune_lab.bench.policies import KV_TARGET, HpaKv, KedaQueue, Oracle, Po
 from infertune_lab.bench.runner import RunSetup
 from infertune_lab.bench.tuned import BenchResource, Infertune, bench_resource
 
-BURST_HEADROOM_PERCENT = (0, DEFAULT_BURST_HEADROOM_PERCENT, 40)
+# (burstPercentile, burstHeadroomPercent), from the least capacity to the most.
+INFERTUNE_KNOB = ((90, 0), (DEFAULT_BURST_PERCENTILE, 0), (DEFAULT_BURST_PERCENTILE, DEFAULT_BURST_HEADROOM_PERCENT),
+                  (DEFAULT_BURST_PERCENTILE, 40))
 STATIC_SCALE = (0.75, 1.0, 1.25)
 KV_TARGETS = (0.4, 0.6, KV_TARGET)
 QUEUE_THRESHOLDS = (1.0, THRESHOLD, 20.0)
@@ -72,20 +75,29 @@ def settings(name: str, ctx: Context, frontier: bool) -> list[Built]:
 
 
 def infertune_resource(setup: RunSetup, arrivals: Sequence[float], first_window_end: float,
-                       burst_headroom_percent: int | None = None) -> BenchResource:
+                       burst_headroom_percent: int | None = None,
+                       burst_percentile: int | None = None) -> BenchResource:
     """The resource infertune runs: the example, declaring what a model team knows of its traffic before
     it serves any (the first window's busiest five minutes and its mean request)."""
     return bench_resource(setup.pool_gpus, setup.load_seconds, peak_demand(arrivals, 0.0, first_window_end),
                           burst_headroom_percent=burst_headroom_percent,
-                          expected_shape=setup.case.request_shape(0.0, first_window_end))
+                          expected_shape=setup.case.request_shape(0.0, first_window_end),
+                          burst_percentile=burst_percentile)
+
+
+def infertune_label(percentile: int, headroom: int) -> str:
+    """A setting's name: the headroom alone at the default percentile (the tables before the percentile
+    was a knob), both otherwise."""
+    burst = f"burst {headroom}%"
+    return burst if percentile == DEFAULT_BURST_PERCENTILE else f"p{percentile} {burst}"
 
 
 def _infertune(ctx: Context) -> list[Built]:
     out: list[Built] = []
-    for percent in BURST_HEADROOM_PERCENT:
-        resource = infertune_resource(ctx.setup, ctx.arrivals, ctx.windows[0].end, percent)
-        out.append((Setting("infertune", f"burst {percent}%", percent == DEFAULT_BURST_HEADROOM_PERCENT),
-                    Infertune(resource)))
+    for percentile, headroom in INFERTUNE_KNOB:
+        resource = infertune_resource(ctx.setup, ctx.arrivals, ctx.windows[0].end, headroom, percentile)
+        default = (percentile, headroom) == (DEFAULT_BURST_PERCENTILE, DEFAULT_BURST_HEADROOM_PERCENT)
+        out.append((Setting("infertune", infertune_label(percentile, headroom), default), Infertune(resource)))
     return out
 
 

@@ -75,16 +75,18 @@ class BenchResource:
 
 def bench_resource(pool_gpus: int, startup_seconds: float | None = None,
                    expected_rps: float | None = None, burst_headroom_percent: int | None = None,
-                   expected_shape: RequestShape | None = None) -> BenchResource:
+                   expected_shape: RequestShape | None = None, burst_percentile: int | None = None) -> BenchResource:
     """The example resource sized for the bench's pool. Only the pool and replica bounds, the load
     time, the metrics source (the pods), the starting hints (the demand and the request's tokens, as
-    the model team would write them for its traffic) and the burst headroom (when given; its
-    frontier's knob) change; the SLO, TP sizes, concurrency range and guardrails are the example's
+    the model team would write them for its traffic) and the burst headroom and percentile (when given;
+    its frontier's knob) change; the SLO, TP sizes, concurrency range and guardrails are the example's
     and the policy's own."""
     doc, policy = _document(EXAMPLE), _document(POLICY)
     spec = doc["spec"]
     if burst_headroom_percent is not None:
         spec["tuning"]["burstHeadroomPercent"] = burst_headroom_percent
+    if burst_percentile is not None:
+        spec["tuning"]["burstPercentile"] = burst_percentile
     smallest = min(spec["tuning"]["tensorParallelSizes"])
     if pool_gpus < smallest:
         # Said here in the flag's terms: the resource's own check would name replicas.max, a field

@@ -34,8 +34,13 @@ class PolicyTuning(ApiModel):
     burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=(
         "Capacity kept spare, when replicas are sized, above the demand now and the level its trend and "
         "daily profile forecast one model load ahead, for bursts faster than a model load; where the recent "
-        "bursts' 98th percentile asks for more, that figure is the spare and nothing is stacked on it. The "
-        "GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
+        "bursts' percentile (burstPercentile) asks for more, that figure is the spare and nothing is stacked "
+        "on it. The GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
+    burst_percentile: int | None = Field(default=None, ge=50, le=99, description=(
+        "The percentile of the recent demand (over at least two model loads, in bins a quarter of a load "
+        "wide) that replicas are sized to hold: the bursts standing capacity absorbs. Lower spends fewer "
+        "GPUs and leaves more bursts to queue, and a replica that queues runs every slot, where its KV "
+        "working set is largest. Default 98."))
     hysteresis_percent: int | None = Field(default=None, ge=0, le=100)
     max_replica_step: int | None = Field(default=None, ge=1)
     stale_after: Duration | None = None

@@ -126,8 +126,9 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
     lines = []
     demand = (status.get("recommendation") or {}).get("demand") or {}
     if demand:
+        bursts = f"bursts p{round(resolved.request.burst_quantile * 100)}"
         parts = ", ".join(f"{name} {demand[key]:g}" for name, key in (
-            ("now", "currentRps"), ("bursts", "burstRps"), ("trend", "trendRps"), ("season", "seasonalRps"))
+            ("now", "currentRps"), (bursts, "burstRps"), ("trend", "trendRps"), ("season", "seasonalRps"))
             if key in demand)
         lines.append(f"demand:       sized for {demand.get('sizedRps', '?')} req/s one model load ahead "
                      f"({parts}; driven by {demand.get('drivenBy', '?')})")

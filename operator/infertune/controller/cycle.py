@@ -111,7 +111,8 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     obs = inp.observation
     current = None if obs is None else obs.demand_read
     look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,
-                                                request.guardrails.model_load_seconds, inp.arrival_points)
+                                                request.guardrails.model_load_seconds, inp.arrival_points,
+                                                request.burst_quantile)
     the_plan = plan(request, inp.observation, inp.now, look)
     decision = decide(the_plan, state, inp.observation, request.guardrails, inp.now)
     mode = _mode_action(inp, decision)

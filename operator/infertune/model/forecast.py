@@ -6,8 +6,9 @@ never met at all. Four figures are read from the resource's recent demand, and t
 the largest:
 
 - **current**: the rate now (served requests plus the waiting queue drained over a minute);
-- **burst**: a high quantile of the binned demand over the recent past (at least two model loads):
-  traffic that bursts keeps the capacity its bursts took, smooth traffic gets little more than its mean;
+- **burst**: a high quantile of the binned demand over the recent past (at least two model loads; the 98th
+  percentile unless the resource names another): traffic that bursts keeps the capacity its bursts took,
+  smooth traffic gets little more than its mean;
 - **trend**: the least-squares line through the last load's bins carried one model load ahead, when the
   slope is significant (a ramp is met when it arrives, not a load later);
 - **seasonal**: the level now times the ratio of the learnt daily and weekly profile at now + load to
@@ -161,14 +162,18 @@ class DemandOutlook:
 
 
 def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProfile | None, now: float,
-            horizon_s: float, arrivals: Sequence[DemandPoint] = ()) -> DemandOutlook:
+            horizon_s: float, arrivals: Sequence[DemandPoint] = (),
+            burst_quantile: float = BURST_QUANTILE) -> DemandOutlook:
     """The four figures for a resource whose capacity takes `horizon_s` to arrive, and the level of the
-    arrivals alone (`arrivals`), once enough bins of them exist."""
+    arrivals alone (`arrivals`), once enough bins of them exist. `burst_quantile` is the share of recent
+    bins the burst figure covers."""
+    if not 0.0 < burst_quantile < 1.0:
+        raise ValueError(f"burst_quantile must be in (0, 1), got {burst_quantile!r}")
     width = bin_seconds(horizon_s)
     bins = _recent_bins(points, now, horizon_s, width)
     burst = None
     if len(bins) >= MIN_BURST_BINS:
-        burst = float(np.quantile([b.rate for b in bins], BURST_QUANTILE))
+        burst = float(np.quantile([b.rate for b in bins], burst_quantile))
     level = _level(bins, current)
     trend = _trend(bins, now, horizon_s, level, width)
     seasonal = None

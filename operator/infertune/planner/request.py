@@ -33,6 +33,7 @@ from infertune.planner.types import Guardrails, Layout, PlanRequest, SloTarget
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 DEFAULT_KV_HEADROOM_PERCENT = 10
 DEFAULT_BURST_HEADROOM_PERCENT = 15
+DEFAULT_BURST_PERCENTILE = 98
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,7 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
     demand = spec.workload.expected_requests_per_second if spec.workload else None
     headroom = DEFAULT_KV_HEADROOM_PERCENT if t.kv_headroom_percent is None else t.kv_headroom_percent
     burst = DEFAULT_BURST_HEADROOM_PERCENT if t.burst_headroom_percent is None else t.burst_headroom_percent
+    percentile = DEFAULT_BURST_PERCENTILE if t.burst_percentile is None else t.burst_percentile
     return PlanRequest(
         model=model, gpu=gpu, workload=_workload(spec), slo=_slo(spec), tp_sizes=tp_sizes,
         concurrency_min=(conc.min if conc and conc.min else 1),
@@ -205,6 +207,7 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
         pool_gpus=hw.pool_gpus,
         kv_headroom=headroom / 100,
         demand_headroom=burst / 100,
+        burst_quantile=percentile / 100,
         price_per_gpu_hour=None if hw.price_per_gpu_hour is None else parse_decimal(
             hw.price_per_gpu_hour, "spec.hardware.pricePerGpuHour"),
         demand_rps=None if demand is None else parse_decimal(

@@ -63,6 +63,8 @@ class PlanRequest:
     demand_rps: float | None = None
     # Keep this fraction of capacity spare when sizing replicas.
     demand_headroom: float = 0.15
+    # The share of recent demand bins the burst figure covers (model/forecast.py).
+    burst_quantile: float = 0.98
     guardrails: Guardrails = Guardrails()
     napkin: NapkinAssumptions = NapkinAssumptions()
     capacity: CapacityAssumptions = CapacityAssumptions()
