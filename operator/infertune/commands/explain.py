@@ -135,7 +135,8 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
     headroom = round(resolved.request.demand_headroom * 100)
     gpus = (status.get("recommendation") or {}).get("burstHeadroomGpus", the_plan.headroom_gpus)
     lines.append(f"headroom:     burst headroom {headroom}% holds {gpus} GPU(s): {gpus} GPU-hours an hour, "
-                 f"{24 * gpus} a day (spec.tuning.burstHeadroomPercent)")
+                 f"{24 * gpus} a day (spec.tuning.burstHeadroomPercent); the recent bursts are held to their "
+                 f"p{round(resolved.request.burst_quantile * 100)} (spec.tuning.burstPercentile)")
     target = the_plan.layout
     if current is not None and target is not None and not current.same_shape(target):
         rollout = plan_rollout(current, target, None, resolved.request.pool_gpus,
