@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from infertune.api.spec import (
+    BURST_HEADROOM_DESCRIPTION,
+    BURST_PERCENTILE_DESCRIPTION,
     ApiModel,
     ConcurrencyRange,
     Cooldowns,
@@ -31,16 +33,8 @@ class PolicyTuning(ApiModel):
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
     kv_headroom_percent: int | None = Field(default=None, ge=0, le=90)
-    burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=(
-        "Capacity kept spare, when replicas are sized, above the demand now and the level its trend and "
-        "daily profile forecast one model load ahead, for bursts faster than a model load; where the recent "
-        "bursts' percentile (burstPercentile) asks for more, that figure is the spare and nothing is stacked "
-        "on it. The GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
-    burst_percentile: int | None = Field(default=None, ge=50, le=99, description=(
-        "The percentile of the recent demand (over at least two model loads, in bins a quarter of a load "
-        "wide) that replicas are sized to hold: the bursts standing capacity absorbs. Lower spends fewer "
-        "GPUs and leaves more bursts to queue, and a replica that queues runs every slot, where its KV "
-        "working set is largest. Default 98."))
+    burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=BURST_HEADROOM_DESCRIPTION)
+    burst_percentile: int | None = Field(default=None, ge=50, le=99, description=BURST_PERCENTILE_DESCRIPTION)
     hysteresis_percent: int | None = Field(default=None, ge=0, le=100)
     max_replica_step: int | None = Field(default=None, ge=1)
     stale_after: Duration | None = None

@@ -301,6 +301,19 @@ class Cooldowns(ApiModel):
     scale_down_stabilization: Duration | None = None
 
 
+# The burst knobs' descriptions, shared with the ServingPolicy's (api/policy.py) so the two CRDs say the same.
+BURST_HEADROOM_DESCRIPTION = (
+    "Capacity kept spare, when replicas are sized, above the demand now and the level its trend and "
+    "daily profile forecast one model load ahead, for bursts faster than a model load; where the recent "
+    "bursts' percentile (burstPercentile) asks for more, that figure is the spare and nothing is stacked "
+    "on it. The GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15.")
+BURST_PERCENTILE_DESCRIPTION = (
+    "The percentile of the recent demand (over at least two model loads, in bins a quarter of a load "
+    "wide) that replicas are sized to hold: the bursts standing capacity absorbs. Lower spends fewer "
+    "GPUs and leaves more bursts to queue, and a replica that queues runs every slot, where its KV "
+    "working set is largest. Default 98.")
+
+
 class Tuning(ApiModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
         "!has(self.tensorParallelSizes) || self.tensorParallelSizes.all(t, t in "
@@ -313,16 +326,8 @@ class Tuning(ApiModel):
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
     kv_headroom_percent: int | None = Field(default=None, ge=0, le=90)
-    burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=(
-        "Capacity kept spare, when replicas are sized, above the demand now and the level its trend and "
-        "daily profile forecast one model load ahead, for bursts faster than a model load; where the recent "
-        "bursts' percentile (burstPercentile) asks for more, that figure is the spare and nothing is stacked "
-        "on it. The GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15."))
-    burst_percentile: int | None = Field(default=None, ge=50, le=99, description=(
-        "The percentile of the recent demand (over at least two model loads, in bins a quarter of a load "
-        "wide) that replicas are sized to hold: the bursts standing capacity absorbs. Lower spends fewer "
-        "GPUs and leaves more bursts to queue, and a replica that queues runs every slot, where its KV "
-        "working set is largest. Default 98."))
+    burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=BURST_HEADROOM_DESCRIPTION)
+    burst_percentile: int | None = Field(default=None, ge=50, le=99, description=BURST_PERCENTILE_DESCRIPTION)
     hysteresis_percent: Percent | None = None
     max_replica_step: int | None = Field(default=None, ge=1)
     interval: Duration = "30s"

@@ -126,10 +126,7 @@ def sweep_from_mapping(name: str, raw: Mapping[str, Any]) -> Sweep:
     if output < 2:
         raise SweepError(f"{name}: setup.output_tokens must be at least 2 (a pass needs a second token)")
     points = []
-    for i, row in enumerate(rows):
-        where = f"{name}: points[{i}]"
-        if not isinstance(row, Mapping):
-            raise SweepError(f"{where}: must be a table")
+    for where, row in _tables(name, "points", rows):
         per_gpu = _positive(row, "output_tps_per_gpu", where, required=False)
         replica = _positive(row, "output_tps", where, required=False)  # sources that print the replica's total
         if per_gpu is not None and replica is not None:
@@ -151,14 +148,21 @@ def sweep_from_mapping(name: str, raw: Mapping[str, Any]) -> Sweep:
                  _other_tps(name, raw.get("other_tp", []), tp))
 
 
-def _other_tps(name: str, rows: Any, tp: int) -> tuple[OtherTpPoint, ...]:
+def _tables(name: str, key: str, rows: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    """An array of tables (`[[key]]`), each with the place an error names."""
     if not isinstance(rows, list):
-        raise SweepError(f"{name}: other_tp must be an array of tables ([[other_tp]])")
+        raise SweepError(f"{name}: {key} must be an array of tables ([[{key}]])")
     out = []
     for i, row in enumerate(rows):
-        where = f"{name}: other_tp[{i}]"
         if not isinstance(row, Mapping):
-            raise SweepError(f"{where}: must be a table")
+            raise SweepError(f"{name}: {key}[{i}]: must be a table")
+        out.append((f"{name}: {key}[{i}]", row))
+    return out
+
+
+def _other_tps(name: str, rows: Any, tp: int) -> tuple[OtherTpPoint, ...]:
+    out = []
+    for where, row in _tables(name, "other_tp", rows):
         other = int(_positive(row, "tp", where) or 0)
         if other == tp or other & (other - 1):
             raise SweepError(f"{where}: tp {other} must be a power of two other than the sweep's own TP{tp}")
