@@ -65,6 +65,15 @@ def test_fit_recovers_the_seed_line_from_noisy_samples():
     assert fit.per_pass(16) * 1e3 == pytest.approx(31.6, rel=0.05)
 
 
+def test_a_zero_or_broken_sample_is_dropped_from_the_fit_without_a_numeric_warning():
+    """A scrape can read a zero or a NaN pass; the fit drops it quietly and fits the rest."""
+    batches = np.array([2.0, 4.0, 8.0, 12.0, 16.0, 16.0, 4.0])
+    seconds = np.array([0.0086, 0.0118, 0.0184, 0.0250, 0.0316, 0.0, np.nan])
+    with np.errstate(all="raise"):
+        fit = fit_per_pass(batches, seconds)
+    assert fit.per_pass(16.0) == pytest.approx(0.0316, rel=0.02)
+
+
 def test_napkin_calibrated_at_one_point_predicts_batch_8_and_32_within_25_percent():
     perf = PerformanceModel(KIMI, B200, CODING, measured_points={8: (16, 0.0368)})
     errors = {b: perf.per_pass(8, b).seconds / measured - 1 for b, measured in ((8, 0.0185), (32, 0.071))}

@@ -54,7 +54,9 @@ def fit_per_pass(
         raise FitError("batches and seconds must have the same length")
     # Timing noise scales with the pass (a relative error), so by default each sample weighs
     # 1/y^2: otherwise the large-batch samples drown the intercept.
-    w0 = 1.0 / np.square(y) if weights is None else np.asarray(weights, dtype=float)
+    # A zero or non-finite time gets an infinite or NaN weight here and is dropped with it just below.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        w0 = 1.0 / np.square(y) if weights is None else np.asarray(weights, dtype=float)
     if x.shape != y.shape or x.shape != w0.shape:
         raise FitError("batches, seconds and weights must have the same length")
     keep = np.isfinite(x) & np.isfinite(y) & np.isfinite(w0) & (x > 0) & (y > 0) & (w0 > 0)
