@@ -113,3 +113,16 @@ def test_a_fast_model_load_variant_runs_with_a_60_second_load() -> None:
     doc = bench(["--scenario", "drop-load60", "--duration", "1800", "--policies", "static"])
     assert doc["scenario"] == "drop-load60" and doc["model_load_seconds"] == 60
     assert "frontier" not in doc
+
+
+@pytest.mark.xfail(strict=True, reason="the same 2-hour spike drawn from seed 5 ends at 66.5% TTFT with 895 s past the "
+                                       "cliff: TP4 c=7 is kept under the running shape's looser KV test while the plan "
+                                       "wants c=6 (RelayoutNotWorthIt) while the pool has room, the spike fills the pool, "
+                                       "and the c=4-5 the grown contexts then need cannot roll (RelayoutWouldDropCapacity); "
+                                       "seeds 1-10: past the cliff on 7, under 99% on 3 (docs/bench.md, 'The spike on "
+                                       "other seeds')")
+def test_the_spike_drawn_from_another_seed_stays_below_the_cliff_at_the_default() -> None:
+    ours = bench(["--scenario", "spike", "--duration", "7200", "--seed", "5", "--policies", "infertune"])
+    figures = ours["policies"]["infertune"]
+    assert figures["seconds_past_cliff"] == 0
+    assert min(figures["sla_attainment_ttft"], figures["sla_attainment_tps"]) >= 0.99
