@@ -115,12 +115,11 @@ def test_a_fast_model_load_variant_runs_with_a_60_second_load() -> None:
     assert "frontier" not in doc
 
 
-@pytest.mark.xfail(strict=True, reason="the same 2-hour spike drawn from seed 5 ends at 66.5% TTFT with 895 s past the "
-                                       "cliff: TP4 c=7 is kept under the running shape's looser KV test while the plan "
-                                       "wants c=6 (RelayoutNotWorthIt) while the pool has room, the spike fills the pool, "
-                                       "and the c=4-5 the grown contexts then need cannot roll (RelayoutWouldDropCapacity); "
-                                       "seeds 1-10: past the cliff on 7, under 99% on 3 (docs/bench.md, 'The spike on "
-                                       "other seeds')")
+@pytest.mark.xfail(strict=True, reason=(
+    "the same 2-hour spike drawn from seed 5 ends at 66.5% TTFT with 895 s past the cliff: TP4 c=7 is kept under "
+    "the running shape's looser KV test while the plan wants c=6 (RelayoutNotWorthIt) and the pool has room, the "
+    "spike fills the pool, and the c=4-5 the grown contexts then need cannot roll (RelayoutWouldDropCapacity); "
+    "seeds 1-10: past the cliff on 7, under 99% on 3 (docs/bench.md, 'The spike on other seeds')"))
 def test_the_spike_drawn_from_another_seed_stays_below_the_cliff_at_the_default() -> None:
     ours = bench(["--scenario", "spike", "--duration", "7200", "--seed", "5", "--policies", "infertune"])
     figures = ours["policies"]["infertune"]
