@@ -124,9 +124,10 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
     """What the replicas are sized for, what the burst headroom costs, and what a re-layout from what
     runs would take (planner/rollout.py)."""
     lines = []
+    percentile = f"p{round(resolved.request.burst_quantile * 100)}"
     demand = (status.get("recommendation") or {}).get("demand") or {}
     if demand:
-        bursts = f"bursts p{round(resolved.request.burst_quantile * 100)}"
+        bursts = f"bursts {percentile}"
         parts = ", ".join(f"{name} {demand[key]:g}" for name, key in (
             ("now", "currentRps"), (bursts, "burstRps"), ("trend", "trendRps"), ("season", "seasonalRps"))
             if key in demand)
@@ -136,7 +137,7 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
     gpus = (status.get("recommendation") or {}).get("burstHeadroomGpus", the_plan.headroom_gpus)
     lines.append(f"headroom:     burst headroom {headroom}% holds {gpus} GPU(s): {gpus} GPU-hours an hour, "
                  f"{24 * gpus} a day (spec.tuning.burstHeadroomPercent); the recent bursts are held to their "
-                 f"p{round(resolved.request.burst_quantile * 100)} (spec.tuning.burstPercentile)")
+                 f"{percentile} (spec.tuning.burstPercentile)")
     target = the_plan.layout
     if current is not None and target is not None and not current.same_shape(target):
         rollout = plan_rollout(current, target, None, resolved.request.pool_gpus,

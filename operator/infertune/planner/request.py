@@ -27,13 +27,14 @@ from infertune.model import (
     workload_preset,
 )
 from infertune.model.catalog import validate_profile
+from infertune.model.forecast import BURST_QUANTILE
 from infertune.planner.plan import Plan, plan
 from infertune.planner.types import Guardrails, Layout, PlanRequest, SloTarget
 
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 DEFAULT_KV_HEADROOM_PERCENT = 10
 DEFAULT_BURST_HEADROOM_PERCENT = 15
-DEFAULT_BURST_PERCENTILE = 98
+DEFAULT_BURST_PERCENTILE = round(BURST_QUANTILE * 100)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from infertune.model.catalog import GpuSpec, ModelProfile
+from infertune.model.forecast import BURST_QUANTILE
 from infertune.model.kv import CapacityAssumptions
 from infertune.model.perf import AnyFit
 from infertune.model.roofline import NapkinAssumptions
@@ -64,7 +65,7 @@ class PlanRequest:
     # Keep this fraction of capacity spare when sizing replicas.
     demand_headroom: float = 0.15
     # The share of recent demand bins the burst figure covers (model/forecast.py).
-    burst_quantile: float = 0.98
+    burst_quantile: float = BURST_QUANTILE
     guardrails: Guardrails = Guardrails()
     napkin: NapkinAssumptions = NapkinAssumptions()
     capacity: CapacityAssumptions = CapacityAssumptions()
