@@ -317,6 +317,28 @@ def test_a_tighter_shape_for_cost_waits_while_the_working_set_is_only_at_a_troug
     assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
 
 
+def test_a_tighter_shape_for_cost_waits_until_the_working_set_was_measured_for_a_model_load():
+    """The same CheaperLayout at 85K, where it goes once settled: with the working set measured for only
+    the first 300 s of a 600 s load (the operator just started) it waits, and the running shape follows the
+    demand meanwhile; at 600 s it goes. A running shape the model finds unsafe leaves at once."""
+    running = Layout(8, 16, 12)
+    p, _ = run(3.0, PlannerState(applied=running))
+    needed = p.sized(running)
+    assert needed is not None
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    early = replace(fresh(3.0), stream_context_tokens=85_000.0, stream_context_measured_seconds=300.0)
+    _, d = run(3.0, state, early)
+    assert d.reason != "CheaperLayout" and (d.target is None or d.target.same_shape(running))
+    assert any(c.reason == "WorkingSetUnsettled" and not c.passed for c in d.checks)
+    assert "measured for 300 s, less than a model load (600 s)" in d.message
+    _, d = run(3.0, replace(state, applied=replace(running, replicas=needed.replicas - 2)), early)
+    assert d.action is Action.SCALE_UP and d.target is not None and d.target.same_shape(running)
+    _, d = run(3.0, state, replace(early, stream_context_measured_seconds=600.0))
+    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
+    _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900), early)
+    assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
+
+
 def test_a_move_for_cost_waits_for_a_measured_pass_but_an_unsafe_shape_does_not():
     """With no pass measured at any TP, the cheapest shape is the napkin's guess (2-10x off real stacks): a
     re-layout for cost onto it waits, and the running shape follows the demand meanwhile; once a pass is

@@ -186,6 +186,20 @@ def test_the_working_set_over_the_whole_memory_is_kept_beside_the_last_loads():
     assert settled.stream_context_recent_tokens == pytest.approx((40 * 80_000 + 5 * 20_000) / 45)
 
 
+def test_how_long_the_working_set_was_measured_outlives_the_memory_and_ends_with_the_resource():
+    """A cost move is judged on the working set only once it has been measured for a model load: the span
+    counts from the first point, past the 15 minutes the memory keeps, and starts again once forgotten."""
+    history = PressureHistory()
+    assert history.settled(KEY, streams(0.0, 80_000)).stream_context_measured_seconds is None
+    for t in range(0, 2_400, 15):
+        record(history, streams(float(t), 80_000))
+    settled = history.settled(KEY, streams(2_385.0, 80_000), horizon=900.0)
+    assert settled.stream_context_measured_seconds == pytest.approx(2_385.0)
+    history.forget(KEY)
+    record(history, streams(3_000.0, 80_000))
+    assert history.settled(KEY, streams(3_060.0, 80_000)).stream_context_measured_seconds == pytest.approx(60.0)
+
+
 def test_the_arrivals_are_kept_apart_from_a_demand_that_counts_the_queue():
     history = PressureHistory()
     for i, waiting in enumerate((0.0, 120.0, 600.0)):

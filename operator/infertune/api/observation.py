@@ -102,6 +102,9 @@ class Observation:
     # By how many tokens the above will have grown one model load ahead along its own significant rise
     # (0 when it shows none); None when not settled over a load or too few streams ran to tell.
     stream_context_growth_tokens: float | None = None
+    # How long the history has measured the working set: since its first point in this process (the
+    # memory above keeps 15 minutes, this does not forget). None when nothing was recorded.
+    stream_context_measured_seconds: float | None = None
     # (running batch, seconds per pass, tokens per running stream; 0 when the KV figures are missing)
     fit_samples: tuple[tuple[float, float, float], ...] = field(default=())
 

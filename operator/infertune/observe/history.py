@@ -99,6 +99,8 @@ class PressureHistory:
         self._points: dict[DeploymentKey, deque[PressurePoint]] = {}
         self._shapes: dict[DeploymentKey, deque[ShapePoint]] = {}
         self._contexts: dict[DeploymentKey, deque[StreamContextPoint]] = {}
+        # When the working set was first measured: the deque above forgets past its horizon.
+        self._contexts_since: dict[DeploymentKey, float] = {}
         # The demand each poll saw, for the burst quantile and the trend (model/forecast.py): bounded in
         # count (an hour and a half at 15 s polls) as well as in time.
         self._demand: dict[DeploymentKey, deque[DemandPoint]] = {}
@@ -120,6 +122,7 @@ class PressureHistory:
             if shape is not None:
                 self._keep(self._shapes.setdefault(key, deque(maxlen=self.max_points)), shape)
             if obs.stream_context_tokens is not None and obs.running:
+                self._contexts_since.setdefault(key, obs.sample_time)
                 self._keep(self._contexts.setdefault(key, deque(maxlen=self.max_points)),
                            StreamContextPoint(obs.sample_time, obs.running, obs.stream_context_tokens))
             demand = obs.demand_rate
@@ -167,6 +170,7 @@ class PressureHistory:
         self._points.pop(key, None)
         self._shapes.pop(key, None)
         self._contexts.pop(key, None)
+        self._contexts_since.pop(key, None)
         self._demand.pop(key, None)
         self._arrivals.pop(key, None)
 
@@ -177,8 +181,10 @@ class PressureHistory:
         but for the working set per running stream, which is the history's or None."""
         if not obs.available:
             return obs
+        since = self._contexts_since.get(key)
         obs = replace(obs, stream_context_tokens=self._stream_context(key, obs, horizon),
-                      stream_context_recent_tokens=self._stream_context(key, obs, None))
+                      stream_context_recent_tokens=self._stream_context(key, obs, None),
+                      stream_context_measured_seconds=None if since is None else max(obs.sample_time - since, 0.0))
         if horizon is not None:
             obs = replace(obs, stream_context_growth_tokens=self._working_set_growth(
                 key, obs.sample_time, horizon, obs.stream_context_tokens))

@@ -225,6 +225,10 @@ def check_working_set_measured(ctx: _Context) -> Check:
     load and over the metrics history's memory: with few streams running it swings as sessions end and
     start, and a trough is not its level (random scenario 8119, a 70 s load: streams at 82K, then 30K
     150 s later, when a move to c=13 went; they held 73K eleven minutes later, and it rolled back twice).
+    Nor is the working set judged before the history has measured it for a model load (after a start or
+    an operator restart): a few minutes of it are a few sessions' turns. The bench's day moved from c=6 to
+    c=8 at 135 s and back at 1,065 s; the 2-hour spike's seed 13 went to c=8 at 105 s and back at 1,845 s,
+    and met the spike on a fleet just rolled (docs/bench.md, History).
     A move to more room, a running shape the model or the engine finds unsafe, and a full pool giving
     way do not wait."""
     obs = ctx.observation
@@ -235,6 +239,12 @@ def check_working_set_measured(ctx: _Context) -> Check:
     assert ctx.applied is not None
     if roomier(ctx.proposed, ctx.applied):
         return _ok("working-set-measured")
+    measured_for, load = obs.stream_context_measured_seconds, ctx.rails.model_load_seconds
+    if measured_for is not None and measured_for < load:
+        return _hold("working-set-measured", DecisionReason.WORKING_SET_UNSETTLED,
+                     f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: the "
+                     f"running streams' working set has been measured for {measured_for:.0f} s, less than a model "
+                     f"load ({load:.0f} s), and a tighter shape is judged on its level, not its first minutes")
     risk = ctx.plan.kv_risk_measured(ctx.proposed, held)
     if risk is None or risk <= KV_RISK:
         return _ok("working-set-measured")
@@ -469,7 +479,8 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets
 # the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
 _RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_COOLDOWN,
-                   DecisionReason.WORKING_SET_ABOVE_PLAN, DecisionReason.PASS_TIME_UNMEASURED,
+                   DecisionReason.WORKING_SET_ABOVE_PLAN, DecisionReason.WORKING_SET_UNSETTLED,
+                   DecisionReason.PASS_TIME_UNMEASURED,
                    DecisionReason.RELAYOUT_NOT_WORTH_IT,
                    DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY, DecisionReason.NO_FEASIBLE_LAYOUT)
 

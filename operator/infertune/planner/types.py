@@ -119,6 +119,7 @@ class DecisionReason(StrEnum):
     UP_TO_DATE = "UpToDate"
     WITHIN_HYSTERESIS = "WithinHysteresis"
     WORKING_SET_ABOVE_PLAN = "WorkingSetAbovePlan"
+    WORKING_SET_UNSETTLED = "WorkingSetUnsettled"
 
 
 class Action(StrEnum):
