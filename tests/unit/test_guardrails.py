@@ -7,6 +7,7 @@ from dataclasses import replace
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model import LinearFit, load_gpu, load_model, workload_preset
 from infertune.planner import Action, Guardrails, Layout, PlannerState, PlanRequest, SloTarget, decide, next_state, plan
+from infertune.planner.guardrails import Decision
 
 RAILS = Guardrails(scale_up_cooldown_s=60, scale_down_cooldown_s=300, relayout_cooldown_s=1800,
                    scale_down_stabilization_s=300, max_step_replicas=2, hysteresis=0.1,
@@ -277,21 +278,45 @@ def test_two_shapes_within_a_replica_do_not_trade_places():
     assert d.action is Action.RELAYOUT
 
 
+# The running shape from which the plan's CheaperLayout is TP4 c=8 (no more KV room per stream).
+CHEAPER_FROM = Layout(8, 16, 12)
+
+
+def cheaper_move_from(running: Layout) -> tuple[Layout, PlannerState]:
+    """The running shape sized for the demand, and a state whose window remembers that count: the
+    CheaperLayout of test_relayout_only_when_the_saving_beats_the_restart is then the plan's move."""
+    p, _ = run(3.0, PlannerState(applied=running))
+    needed = p.sized(running)
+    assert needed is not None
+    return needed, PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+
+
+def assert_cost_move_held(d: Decision, running: Layout, reason: str) -> None:
+    """The CheaperLayout waits on `reason`, and what runs keeps its shape."""
+    assert d.reason != "CheaperLayout" and (d.target is None or d.target.same_shape(running))
+    assert any(c.reason == reason and not c.passed for c in d.checks)
+
+
+def assert_waits_then_goes(state: PlannerState, running: Layout, held: Observation, reason: str, says: str,
+                           settled: Observation) -> None:
+    """On `held` the CheaperLayout waits on `reason` and the message `says` why; on `settled` it goes."""
+    _, d = run(3.0, state, held)
+    assert_cost_move_held(d, running, reason)
+    assert says in d.message
+    _, d = run(3.0, state, settled)
+    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
+
+
 def test_a_tighter_shape_for_cost_waits_while_the_measured_working_set_reads_above_the_plan():
     """The CheaperLayout of test_relayout_only_when_the_saving_beats_the_restart (TP8 c=16 to TP4 c=8: no
     more KV room per stream), planned on requests of 84K prompt tokens and 1,056 answered: while each
     running stream holds 100K tokens of KV, where TP4 c=8 would cross the KV line, it waits, and the
     running shape follows the demand meanwhile; at 85K it goes. A running shape the model finds unsafe
     (TP8 c=48) leaves whatever the measurement says."""
-    running = Layout(8, 16, 12)
-    p, _ = run(3.0, PlannerState(applied=running))
-    needed = p.sized(running)
-    assert needed is not None
-    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    running, (_, state) = CHEAPER_FROM, cheaper_move_from(CHEAPER_FROM)
     lagging = replace(fresh(3.0), stream_context_tokens=100_000.0)
     _, d = run(3.0, state, lagging)
-    assert d.reason != "CheaperLayout" and (d.target is None or d.target.same_shape(running))
-    assert any(c.reason == "WorkingSetAbovePlan" and not c.passed for c in d.checks)
+    assert_cost_move_held(d, running, "WorkingSetAbovePlan")
     assert "100,000 tokens" in d.message and "85,056" in d.message and "100% of the time" in d.message
     _, d = run(3.0, state, replace(fresh(3.0), stream_context_tokens=85_000.0))
     assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
@@ -303,38 +328,24 @@ def test_a_tighter_shape_for_cost_waits_while_the_working_set_is_only_at_a_troug
     """As above, but the last load's streams read 85K, at which the move would go, while over the metrics
     history they held 100K: with few streams running the working set swings as sessions end and start, and
     a trough is not its level (random scenario 8119 rolled to c=13 on one and back twice). It waits."""
-    running = Layout(8, 16, 12)
-    p, _ = run(3.0, PlannerState(applied=running))
-    needed = p.sized(running)
-    assert needed is not None
-    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    running, (_, state) = CHEAPER_FROM, cheaper_move_from(CHEAPER_FROM)
     trough = replace(fresh(3.0), stream_context_tokens=85_000.0, stream_context_recent_tokens=100_000.0)
-    _, d = run(3.0, state, trough)
-    assert d.reason != "CheaperLayout" and (d.target is None or d.target.same_shape(running))
-    assert any(c.reason == "WorkingSetAbovePlan" and not c.passed for c in d.checks)
-    assert "100,000 tokens of KV (its mean over the metrics history)" in d.message
-    _, d = run(3.0, state, replace(trough, stream_context_recent_tokens=70_000.0))
-    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
+    assert_waits_then_goes(state, running, trough, "WorkingSetAbovePlan",
+                           "100,000 tokens of KV (its mean over the metrics history)",
+                           replace(trough, stream_context_recent_tokens=70_000.0))
 
 
 def test_a_tighter_shape_for_cost_waits_until_the_working_set_was_measured_for_a_model_load():
     """The same CheaperLayout at 85K, where it goes once settled: with the working set measured for only
     the first 300 s of a 600 s load (the operator just started) it waits, and the running shape follows the
     demand meanwhile; at 600 s it goes. A running shape the model finds unsafe leaves at once."""
-    running = Layout(8, 16, 12)
-    p, _ = run(3.0, PlannerState(applied=running))
-    needed = p.sized(running)
-    assert needed is not None
-    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    running, (needed, state) = CHEAPER_FROM, cheaper_move_from(CHEAPER_FROM)
     early = replace(fresh(3.0), stream_context_tokens=85_000.0, stream_context_measured_seconds=300.0)
-    _, d = run(3.0, state, early)
-    assert d.reason != "CheaperLayout" and (d.target is None or d.target.same_shape(running))
-    assert any(c.reason == "WorkingSetUnsettled" and not c.passed for c in d.checks)
-    assert "measured for 300 s, less than a model load (600 s)" in d.message
+    assert_waits_then_goes(state, running, early, "WorkingSetUnsettled",
+                           "measured for 300 s, less than a model load (600 s)",
+                           replace(early, stream_context_measured_seconds=600.0))
     _, d = run(3.0, replace(state, applied=replace(running, replicas=needed.replicas - 2)), early)
     assert d.action is Action.SCALE_UP and d.target is not None and d.target.same_shape(running)
-    _, d = run(3.0, state, replace(early, stream_context_measured_seconds=600.0))
-    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
     _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900), early)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
 
