@@ -244,7 +244,8 @@ def check_working_set_measured(ctx: _Context) -> Check:
         return _hold("working-set-measured", DecisionReason.WORKING_SET_UNSETTLED,
                      f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: the "
                      f"running streams' working set has been measured for {measured_for:.0f} s, less than a model "
-                     f"load ({load:.0f} s), and a tighter shape is judged on its level, not its first minutes")
+                     f"load ({load:.0f} s), and a tighter shape is judged on its level, not on what the first "
+                     f"streams held")
     risk = ctx.plan.kv_risk_measured(ctx.proposed, held)
     if risk is None or risk <= KV_RISK:
         return _ok("working-set-measured")
