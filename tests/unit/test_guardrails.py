@@ -278,17 +278,15 @@ def test_two_shapes_within_a_replica_do_not_trade_places():
     assert d.action is Action.RELAYOUT
 
 
-# The running shape from which the plan's CheaperLayout is TP4 c=8 (no more KV room per stream).
-CHEAPER_FROM = Layout(8, 16, 12)
-
-
-def cheaper_move_from(running: Layout) -> tuple[Layout, PlannerState]:
-    """The running shape sized for the demand, and a state whose window remembers that count: the
-    CheaperLayout of test_relayout_only_when_the_saving_beats_the_restart is then the plan's move."""
+def cheaper_move() -> tuple[Layout, Layout, PlannerState]:
+    """TP8 c=16 running, what the demand needs of it, and a state whose window remembers that count: the
+    plan's move is then the CheaperLayout of test_relayout_only_when_the_saving_beats_the_restart (to TP4
+    c=8, no more KV room per stream)."""
+    running = Layout(8, 16, 12)
     p, _ = run(3.0, PlannerState(applied=running))
     needed = p.sized(running)
     assert needed is not None
-    return needed, PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    return running, needed, PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
 
 
 def assert_cost_move_held(d: Decision, running: Layout, reason: str) -> None:
@@ -313,7 +311,7 @@ def test_a_tighter_shape_for_cost_waits_while_the_measured_working_set_reads_abo
     running stream holds 100K tokens of KV, where TP4 c=8 would cross the KV line, it waits, and the
     running shape follows the demand meanwhile; at 85K it goes. A running shape the model finds unsafe
     (TP8 c=48) leaves whatever the measurement says."""
-    running, (_, state) = CHEAPER_FROM, cheaper_move_from(CHEAPER_FROM)
+    running, _, state = cheaper_move()
     lagging = replace(fresh(3.0), stream_context_tokens=100_000.0)
     _, d = run(3.0, state, lagging)
     assert_cost_move_held(d, running, "WorkingSetAbovePlan")
@@ -328,7 +326,7 @@ def test_a_tighter_shape_for_cost_waits_while_the_working_set_is_only_at_a_troug
     """As above, but the last load's streams read 85K, at which the move would go, while over the metrics
     history they held 100K: with few streams running the working set swings as sessions end and start, and
     a trough is not its level (random scenario 8119 rolled to c=13 on one and back twice). It waits."""
-    running, (_, state) = CHEAPER_FROM, cheaper_move_from(CHEAPER_FROM)
+    running, _, state = cheaper_move()
     trough = replace(fresh(3.0), stream_context_tokens=85_000.0, stream_context_recent_tokens=100_000.0)
     assert_waits_then_goes(state, running, trough, "WorkingSetAbovePlan",
                            "100,000 tokens of KV (its mean over the metrics history)",
@@ -339,7 +337,7 @@ def test_a_tighter_shape_for_cost_waits_until_the_working_set_was_measured_for_a
     """The same CheaperLayout at 85K, where it goes once settled: with the working set measured for only
     the first 300 s of a 600 s load (the operator just started) it waits, and the running shape follows the
     demand meanwhile; at 600 s it goes. A running shape the model finds unsafe leaves at once."""
-    running, (needed, state) = CHEAPER_FROM, cheaper_move_from(CHEAPER_FROM)
+    running, needed, state = cheaper_move()
     early = replace(fresh(3.0), stream_context_tokens=85_000.0, stream_context_measured_seconds=300.0)
     assert_waits_then_goes(state, running, early, "WorkingSetUnsettled",
                            "measured for 300 s, less than a model load (600 s)",
