@@ -1,5 +1,6 @@
 """The status pieces the timer writes: Ready from the workload's rollout, CacheHeadroom from the cliff
-early warning, and the observed figures that carry the warning's headroom and time to the cliff."""
+early warning, the observed figures that carry the warning's headroom and time to the cliff, and the
+guardrails' memory read back."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import math
 import pytest
 
 from infertune.api.observation import MetricsFault, Observation
-from infertune.controller.status import WorkloadState, headroom_condition, observed, ready_condition
+from infertune.controller.status import (
+    WorkloadState,
+    headroom_condition,
+    observed,
+    ready_condition,
+    state_from_status,
+)
 from infertune.model.early_warning import CliffReason, CliffWarning, PressurePoint, cliff_warning
 from infertune.planner.types import SloTarget
 
@@ -65,3 +72,18 @@ def test_observed_figures_carry_headroom_and_time_to_cliff() -> None:
     assert figures["kvHeadroomPercent"] == 32 and figures["timeToCliffSeconds"] == 412
     calm = observed(OBS, SloTarget(), CliffWarning(0.7, math.inf, CliffReason.OK, "fine"))
     assert "timeToCliffSeconds" not in calm  # not approaching: absent, not a huge number
+
+
+@pytest.mark.parametrize("left", [
+    {"tensorParallelSize": 4, "maxNumSeqs": 13, "streamTokens": float("nan"), "at": 1.0},
+    {"tensorParallelSize": 4, "maxNumSeqs": 13, "streamTokens": -5.0, "at": 1.0},
+    {"tensorParallelSize": 0, "maxNumSeqs": 13, "streamTokens": 51_000.0, "at": 1.0},
+    {"tensorParallelSize": 4, "maxNumSeqs": 13, "streamTokens": "lots", "at": 1.0},
+    {"tensorParallelSize": 4, "maxNumSeqs": 13, "at": float("inf")},
+    "TP4 c=13",
+])
+def test_a_shape_left_as_unsafe_that_status_garbles_is_forgotten_not_trusted(left: object) -> None:
+    """An edited or garbled status.guardrails.leftUnsafe loses that memory (the working set is then judged on
+    what the history measures) and keeps the rest of the guardrails' state."""
+    state = state_from_status({"guardrails": {"leftUnsafe": left, "lastRelayoutAt": 100.0}})
+    assert state.left_unsafe is None and state.last_relayout_at == 100.0

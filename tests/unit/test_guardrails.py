@@ -8,6 +8,7 @@ from infertune.api.observation import MetricsFault, Observation
 from infertune.model import LinearFit, load_gpu, load_model, workload_preset
 from infertune.planner import Action, Guardrails, Layout, PlannerState, PlanRequest, SloTarget, decide, next_state, plan
 from infertune.planner.guardrails import Decision
+from infertune.planner.types import LeftUnsafe
 
 RAILS = Guardrails(scale_up_cooldown_s=60, scale_down_cooldown_s=300, relayout_cooldown_s=1800,
                    scale_down_stabilization_s=300, max_step_replicas=2, hysteresis=0.1,
@@ -346,6 +347,37 @@ def test_a_tighter_shape_for_cost_waits_until_the_working_set_was_measured_for_a
     assert d.action is Action.SCALE_UP and d.target is not None and d.target.same_shape(running)
     _, d = run(3.0, PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900), early)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
+
+
+def test_a_shape_left_as_unsafe_is_judged_at_the_working_set_that_sent_it_away_for_one_horizon():
+    """TP8 c=48 leaves as unsafe while a running stream holds 100K tokens of KV, and the state keeps both, a
+    restart included. Within the re-layout horizon (3,600 s), the CheaperLayout to TP4 c=8, which goes on a
+    working set of 85K otherwise, waits on that 100K: the history's 15 minutes forget a level the sessions
+    return to (random scenario 19 rolled back onto a trough and met the next rise at 99% of its KV). Past the
+    horizon it goes."""
+    from infertune.controller.status import state_from_status, state_to_status
+
+    leaving = replace(fresh(3.0), stream_context_tokens=100_000.0)
+    unsafe = PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900)
+    _, d = run(3.0, unsafe, leaving)
+    assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
+    left = next_state(unsafe, d, RAILS).left_unsafe
+    assert left == LeftUnsafe(8, 48, 100_000.0, NOW)
+    assert state_from_status({"guardrails": state_to_status(replace(unsafe, left_unsafe=left))}).left_unsafe == left
+    running, _, state = cheaper_move()
+    trough = replace(fresh(3.0), stream_context_tokens=85_000.0)
+    _, d = run(3.0, replace(state, left_unsafe=replace(left, at=NOW - 1800)), trough)
+    assert_cost_move_held(d, running, "WorkingSetAbovePlan")
+    assert "held 100,000 tokens of KV when TP8 max-num-seqs 48 was left as unsafe 1,800 s ago" in d.message
+    assert "it holds 85,000 now" in d.message
+    _, d = run(3.0, replace(state, left_unsafe=replace(left, at=NOW - 3700)), trough)
+    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
+
+
+def test_a_cost_move_records_no_shape_left_as_unsafe():
+    _, _, state = cheaper_move()
+    _, d = run(3.0, state, replace(fresh(3.0), stream_context_tokens=85_000.0))
+    assert d.reason == "CheaperLayout" and next_state(state, d, RAILS).left_unsafe is None
 
 
 def test_a_move_for_cost_waits_for_a_measured_pass_but_an_unsafe_shape_does_not():

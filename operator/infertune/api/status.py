@@ -126,6 +126,16 @@ class RolledFrom(ApiModel):
     replicas: int = Field(ge=0)
 
 
+class LeftUnsafeShape(ApiModel):
+    """The last shape left as unsafe and the KV a running stream held then: a move for cost back onto a
+    shape as tight is judged at no less than that for one re-layout horizon."""
+
+    tensor_parallel_size: int = Field(ge=1)
+    max_num_seqs: int = Field(ge=1)
+    stream_tokens: float = Field(ge=0, allow_inf_nan=False)
+    at: float = Field(ge=0, allow_inf_nan=False, description="When it was left (Unix seconds).")
+
+
 class GuardrailMemory(ApiModel):
     """The planner's guardrail state between cycles (Unix seconds), so a restart keeps cooldowns."""
 
@@ -135,6 +145,7 @@ class GuardrailMemory(ApiModel):
     recent_recommendations: list[list[float]] = Field(default_factory=list)
     # The shape the last re-layout rolled from, at the old pods it kept: room a scale-up mid-rollout leaves.
     rolled_from: RolledFrom | None = None
+    left_unsafe: LeftUnsafeShape | None = None
 
 
 class PolicySnapshot(ApiModel):

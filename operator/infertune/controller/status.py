@@ -9,15 +9,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from infertune.actuate.workload import layout_of_workload, rollout_strategy_of, workload_kind
 from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
-from infertune.api.status import MAX_DECISIONS, InferenceDeploymentStatus
+from infertune.api.status import MAX_DECISIONS, InferenceDeploymentStatus, LeftUnsafeShape
 from infertune.model.early_warning import CliffReason, CliffWarning
 from infertune.model.forecast import DemandOutlook, SeasonalProfile
 from infertune.model.passfit import PassFit
 from infertune.planner import Decision, Plan, PlannerState
-from infertune.planner.types import Layout, SloTarget
+from infertune.planner.types import Layout, LeftUnsafe, SloTarget
 
 
 def iso(now: float) -> str:
@@ -256,7 +258,20 @@ def state_from_status(status: Mapping[str, Any]) -> PlannerState:
         applied=layout_of(status.get("applied")), last_scale_up_at=memory.get("lastScaleUpAt"),
         last_scale_down_at=memory.get("lastScaleDownAt"), last_relayout_at=memory.get("lastRelayoutAt"),
         recent_recommendations=recent, rolled_from=layout_of(memory.get("rolledFrom")),
+        left_unsafe=left_unsafe_of(memory.get("leftUnsafe")),
     )
+
+
+def left_unsafe_of(raw: Mapping[str, Any] | None) -> LeftUnsafe | None:
+    """status.guardrails.leftUnsafe, or None when absent or not a shape the schema allows (an edited status
+    loses only this memory: the working set is then judged on what the history measures)."""
+    if not raw:
+        return None
+    try:
+        left = LeftUnsafeShape.model_validate(raw)
+    except ValidationError:
+        return None
+    return LeftUnsafe(left.tensor_parallel_size, left.max_num_seqs, left.stream_tokens, left.at)
 
 
 def state_to_status(state: PlannerState) -> dict[str, Any]:
@@ -265,6 +280,10 @@ def state_to_status(state: PlannerState) -> dict[str, Any]:
         old = state.rolled_from
         out["rolledFrom"] = {"tensorParallelSize": old.tensor_parallel_size, "maxNumSeqs": old.max_num_seqs,
                              "replicas": old.replicas}
+    if state.left_unsafe is not None:
+        left = state.left_unsafe
+        out["leftUnsafe"] = {"tensorParallelSize": left.tensor_parallel_size, "maxNumSeqs": left.max_num_seqs,
+                             "streamTokens": round(left.stream_tokens, 1), "at": round(left.at, 1)}
     for key, value in (("lastScaleUpAt", state.last_scale_up_at), ("lastScaleDownAt", state.last_scale_down_at),
                        ("lastRelayoutAt", state.last_relayout_at)):
         if value is not None:

@@ -25,7 +25,15 @@ from infertune.planner.running import (
     slo_missed,
     working_set_held,
 )
-from infertune.planner.types import Action, DecisionReason, Guardrails, Layout, PlannerState, stabilization_window
+from infertune.planner.types import (
+    Action,
+    DecisionReason,
+    Guardrails,
+    Layout,
+    LeftUnsafe,
+    PlannerState,
+    stabilization_window,
+)
 
 # A metrics fault holds with its own name (SourceTimeout, PartialReplicas...), every other hold with the
 # guardrail's.
@@ -54,6 +62,8 @@ class Decision:
     # What the demand wants of the running shape (with its burst headroom): what the scale-down
     # stabilisation window remembers. None when the model no longer sizes that shape.
     running_wanted: int | None = None
+    # For a re-layout away from an unsafe shape: the KV a running stream held, which made it unsafe.
+    unsafe_at_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +239,10 @@ def check_working_set_measured(ctx: _Context) -> Check:
     an operator restart): a few minutes of it are a few sessions' turns. The bench's day moved from c=6 to
     c=8 at 135 s and back at 1,065 s; the 2-hour spike's seed 13 went to c=8 at 105 s and back at 1,845 s,
     and met the spike on a fleet just rolled (docs/bench.md, History).
+    For one re-layout horizon after a shape was left as unsafe, the working set is judged at no less than
+    what a stream held then: the history's 15 minutes forget a level the sessions return to, and a move back
+    on a trough meets the next rise under the re-layout cooldown (random scenario 19: TP4 c=13 left at
+    51K tokens, back at 2,625 s on a 41K trough, at 99% of its KV within five minutes; docs/bench.md).
     A move to more room, a running shape the model or the engine finds unsafe, and a full pool giving
     way do not wait."""
     obs = ctx.observation
@@ -246,16 +260,30 @@ def check_working_set_measured(ctx: _Context) -> Check:
                      f"running streams' working set has been measured for {measured_for:.0f} s, less than a model "
                      f"load ({load:.0f} s), and a tighter shape is judged on its level, not on what the first "
                      f"streams held")
-    risk = ctx.plan.kv_risk_measured(ctx.proposed, held)
+    left = _left_unsafe_within_horizon(ctx)
+    judged = held if left is None else max(held, left.stream_tokens)
+    risk = ctx.plan.kv_risk_measured(ctx.proposed, judged)
     if risk is None or risk <= KV_RISK:
         return _ok("working-set-measured")
     planned = ctx.plan.workload.context_tokens
-    over = "the last load" if held == obs.stream_context_tokens else "the metrics history"
+    if left is not None and judged > held:
+        holds = (f"a running stream held {judged:,.0f} tokens of KV when TP{left.tensor_parallel_size} max-num-seqs "
+                 f"{left.max_num_seqs} was left as unsafe {ctx.now - left.at:,.0f} s ago (it holds {held:,.0f} now, "
+                 f"and a re-layout horizon has not passed)")
+    else:
+        over = "the last load" if held == obs.stream_context_tokens else "the metrics history"
+        holds = f"a running stream holds {held:,.0f} tokens of KV (its mean over {over})"
     return _hold("working-set-measured", DecisionReason.WORKING_SET_ABOVE_PLAN,
-                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: a running "
-                 f"stream holds {held:,.0f} tokens of KV (its mean over {over}) "
+                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: {holds} "
                  f"where the finished requests say {planned:,.0f}, and at that working set it would be past the KV "
                  f"line {risk:.0%} of the time (a new layout: at most {KV_RISK:.0%})")
+
+
+def _left_unsafe_within_horizon(ctx: _Context) -> LeftUnsafe | None:
+    left = ctx.state.left_unsafe
+    if left is None or _since(left.at, ctx.now) > ctx.rails.relayout_horizon_s:
+        return None
+    return left
 
 
 def check_pass_time_measured(ctx: _Context) -> Check:
@@ -454,9 +482,13 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
         return Decision(Action.RELAYOUT, proposed, proposed, DecisionReason.INITIAL_LAYOUT, ctx.plan.reason,
                         tuple(checks), ctx.now)
     if not applied.same_shape(proposed):
-        reason = DecisionReason.CURRENT_LAYOUT_UNSAFE if ctx.applied_unsafe else DecisionReason.CHEAPER_LAYOUT
         target, message = _rolled(ctx, proposed)
-        return Decision(Action.RELAYOUT, target, proposed, reason, message, tuple(checks), ctx.now, ctx.rollout)
+        if not ctx.applied_unsafe:
+            return Decision(Action.RELAYOUT, target, proposed, DecisionReason.CHEAPER_LAYOUT, message, tuple(checks),
+                            ctx.now, ctx.rollout)
+        unsafe_at = max(ctx.plan.workload.context_tokens, working_set_held(ctx.observation) or 0.0)
+        return Decision(Action.RELAYOUT, target, proposed, DecisionReason.CURRENT_LAYOUT_UNSAFE, message,
+                        tuple(checks), ctx.now, ctx.rollout, unsafe_at_tokens=unsafe_at)
     target = _bounded_step(applied, proposed, rails.max_step_replicas)
     if ctx.state.rolling_out and target.replicas > applied.replicas:
         target = replace(target, replicas=min(target.replicas, _rollout_room(ctx, target)))
@@ -571,6 +603,10 @@ def next_state(state: PlannerState, decision: Decision, rails: Guardrails, appli
                        else replace(state.applied, replicas=decision.rollout.kept))
         new = replace(new, last_relayout_at=now, recent_recommendations=((now, decision.target.replicas),),
                       rolled_from=rolled_from)
+        if decision.unsafe_at_tokens is not None and state.applied is not None:
+            left = state.applied
+            new = replace(new, left_unsafe=LeftUnsafe(left.tensor_parallel_size, left.max_num_seqs,
+                                                      decision.unsafe_at_tokens, now))
     elif decision.action is Action.SCALE_UP:
         new = replace(new, last_scale_up_at=now)
     elif decision.action is Action.SCALE_DOWN:

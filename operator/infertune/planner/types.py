@@ -122,6 +122,17 @@ class DecisionReason(StrEnum):
     WORKING_SET_UNSETTLED = "WorkingSetUnsettled"
 
 
+@dataclass(frozen=True)
+class LeftUnsafe:
+    """The running shape the last unsafe re-layout left (its replicas dropped), the KV a running stream held
+    then (the larger of the request shape's context and the measured working set), and when (Unix s)."""
+
+    tensor_parallel_size: int
+    max_num_seqs: int
+    stream_tokens: float
+    at: float
+
+
 class Action(StrEnum):
     NONE = "None"
     HOLD = "Hold"
@@ -151,3 +162,6 @@ class PlannerState:
     rolled_from: Layout | None = None
     # The workload's ready pods, read from it every cycle (not persisted); None when unknown.
     ready_replicas: int | None = None
+    # The last shape left as unsafe and the working set that sent it away (persisted in status): for one
+    # re-layout horizon a move for cost is judged at no less than that working set.
+    left_unsafe: LeftUnsafe | None = None
