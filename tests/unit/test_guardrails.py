@@ -350,14 +350,15 @@ def test_a_tighter_shape_for_cost_waits_until_the_working_set_was_measured_for_a
 
 
 def test_a_shape_left_as_unsafe_is_judged_at_the_working_set_that_sent_it_away_for_one_horizon():
-    """TP8 c=48 leaves as unsafe while a running stream holds 100K tokens of KV, and the state keeps both, a
+    """TP8 c=48 leaves as unsafe while a running stream holds 100K tokens of KV over the metrics history (150K
+    over the last load: a few long sessions, not the level), and the state keeps the shape and the level, a
     restart included. Within the re-layout horizon (3,600 s), the CheaperLayout to TP4 c=8, which goes on a
     working set of 85K otherwise, waits on that 100K: the history's 15 minutes forget a level the sessions
     return to (random scenario 19 rolled back onto a trough and met the next rise at 99% of its KV). Past the
     horizon it goes."""
     from infertune.controller.status import state_from_status, state_to_status
 
-    leaving = replace(fresh(3.0), stream_context_tokens=100_000.0)
+    leaving = replace(fresh(3.0), stream_context_tokens=150_000.0, stream_context_recent_tokens=100_000.0)
     unsafe = PlannerState(applied=Layout(8, 48, 8), last_relayout_at=NOW - 900)
     _, d = run(3.0, unsafe, leaving)
     assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
@@ -368,7 +369,8 @@ def test_a_shape_left_as_unsafe_is_judged_at_the_working_set_that_sent_it_away_f
     trough = replace(fresh(3.0), stream_context_tokens=85_000.0)
     _, d = run(3.0, replace(state, left_unsafe=replace(left, at=NOW - 1800)), trough)
     assert_cost_move_held(d, running, "WorkingSetAbovePlan")
-    assert "held 100,000 tokens of KV when TP8 max-num-seqs 48 was left as unsafe 1,800 s ago" in d.message
+    assert ("held 100,000 tokens of KV (its level over the metrics history) when TP8 max-num-seqs 48 was left as "
+            "unsafe 1,800 s ago") in d.message
     assert "it holds 85,000 now" in d.message
     _, d = run(3.0, replace(state, left_unsafe=replace(left, at=NOW - 3700)), trough)
     assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"

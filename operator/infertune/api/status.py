@@ -127,8 +127,8 @@ class RolledFrom(ApiModel):
 
 
 class LeftUnsafeShape(ApiModel):
-    """The last shape left as unsafe and the KV a running stream held then: a move for cost back onto a
-    shape as tight is judged at no less than that for one re-layout horizon."""
+    """The last shape left as unsafe and the working set's level then (the KV a running stream held, over the
+    metrics history's memory): for one re-layout horizon a move for cost is judged at no less than that."""
 
     tensor_parallel_size: int = Field(ge=1)
     max_num_seqs: int = Field(ge=1)

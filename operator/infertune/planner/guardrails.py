@@ -24,6 +24,7 @@ from infertune.planner.running import (
     roomier,
     slo_missed,
     working_set_held,
+    working_set_level,
 )
 from infertune.planner.types import (
     Action,
@@ -62,7 +63,8 @@ class Decision:
     # What the demand wants of the running shape (with its burst headroom): what the scale-down
     # stabilisation window remembers. None when the model no longer sizes that shape.
     running_wanted: int | None = None
-    # For a re-layout away from an unsafe shape: the KV a running stream held, which made it unsafe.
+    # For a re-layout away from an unsafe shape: the working set's level then (planner/running.py
+    # `working_set_level`), None when unmeasured.
     unsafe_at_tokens: float | None = None
 
 
@@ -240,9 +242,10 @@ def check_working_set_measured(ctx: _Context) -> Check:
     c=8 at 135 s and back at 1,065 s; the 2-hour spike's seed 13 went to c=8 at 105 s and back at 1,845 s,
     and met the spike on a fleet just rolled (docs/bench.md, History).
     For one re-layout horizon after a shape was left as unsafe, the working set is judged at no less than
-    what a stream held then: the history's 15 minutes forget a level the sessions return to, and a move back
-    on a trough meets the next rise under the re-layout cooldown (random scenario 19: TP4 c=13 left at
-    51K tokens, back at 2,625 s on a 41K trough, at 99% of its KV within five minutes; docs/bench.md).
+    its level then: the history's 15 minutes forget a level the sessions return to, and a move back on a
+    trough meets the next rise under the re-layout cooldown (random scenario 19: TP4 c=13 left with the
+    level at 44K tokens a stream, back at 2,625 s on a 41K trough, at 99% of its KV within five minutes;
+    docs/bench.md).
     A move to more room, a running shape the model or the engine finds unsafe, and a full pool giving
     way do not wait."""
     obs = ctx.observation
@@ -267,9 +270,9 @@ def check_working_set_measured(ctx: _Context) -> Check:
         return _ok("working-set-measured")
     planned = ctx.plan.workload.context_tokens
     if left is not None and judged > held:
-        holds = (f"a running stream held {judged:,.0f} tokens of KV when TP{left.tensor_parallel_size} max-num-seqs "
-                 f"{left.max_num_seqs} was left as unsafe {ctx.now - left.at:,.0f} s ago (it holds {held:,.0f} now, "
-                 f"and a re-layout horizon has not passed)")
+        holds = (f"a running stream held {judged:,.0f} tokens of KV (its level over the metrics history) when "
+                 f"TP{left.tensor_parallel_size} max-num-seqs {left.max_num_seqs} was left as unsafe "
+                 f"{ctx.now - left.at:,.0f} s ago, within a re-layout horizon (it holds {held:,.0f} now)")
     else:
         over = "the last load" if held == obs.stream_context_tokens else "the metrics history"
         holds = f"a running stream holds {held:,.0f} tokens of KV (its mean over {over})"
@@ -486,9 +489,8 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
         if not ctx.applied_unsafe:
             return Decision(Action.RELAYOUT, target, proposed, DecisionReason.CHEAPER_LAYOUT, message, tuple(checks),
                             ctx.now, ctx.rollout)
-        unsafe_at = max(ctx.plan.workload.context_tokens, working_set_held(ctx.observation) or 0.0)
         return Decision(Action.RELAYOUT, target, proposed, DecisionReason.CURRENT_LAYOUT_UNSAFE, message,
-                        tuple(checks), ctx.now, ctx.rollout, unsafe_at_tokens=unsafe_at)
+                        tuple(checks), ctx.now, ctx.rollout, unsafe_at_tokens=working_set_level(ctx.observation))
     target = _bounded_step(applied, proposed, rails.max_step_replicas)
     if ctx.state.rolling_out and target.replicas > applied.replicas:
         target = replace(target, replicas=min(target.replicas, _rollout_room(ctx, target)))

@@ -109,6 +109,17 @@ def working_set_held(obs: Observation | None) -> float | None:
     return max(obs.stream_context_tokens, obs.stream_context_recent_tokens or 0.0)
 
 
+def working_set_level(obs: Observation | None) -> float | None:
+    """The KV a running stream holds at its level: its mean over the metrics history's memory, or over the
+    last load before the history has one. The last load alone is a few sessions on a quiet night (a 60 s
+    load can be one 157K-token session where the level is 96K: the bench's ramp-load60), and the finished
+    requests' mean swings by half again over the few that finish; neither is a level worth remembering.
+    None when unmeasured."""
+    if obs is None or not obs.available:
+        return None
+    return obs.stream_context_recent_tokens or obs.stream_context_tokens
+
+
 def applied_unsafe(plan: Plan, applied: Layout | None, current: Layout | None, obs: Observation | None) -> bool:
     if applied is None:
         return False

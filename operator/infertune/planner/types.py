@@ -124,8 +124,8 @@ class DecisionReason(StrEnum):
 
 @dataclass(frozen=True)
 class LeftUnsafe:
-    """The running shape the last unsafe re-layout left (its replicas dropped), the KV a running stream held
-    then (the larger of the request shape's context and the measured working set), and when (Unix s)."""
+    """The running shape the last unsafe re-layout left (its replicas dropped), the working set's level then
+    (the KV a running stream held, planner/running.py `working_set_level`), and when (Unix s)."""
 
     tensor_parallel_size: int
     max_num_seqs: int
