@@ -382,6 +382,28 @@ def test_a_cost_move_records_no_shape_left_as_unsafe():
     assert d.reason == "CheaperLayout" and next_state(state, d, RAILS).left_unsafe is None
 
 
+def test_a_running_shape_is_kept_or_torn_down_on_the_level_while_few_streams_run():
+    """The model puts the running TP4 c=8 over the KV line (requests finishing at 110K). Over the last load a
+    running stream held 150K, over the metrics history 85K. With two streams running on average that last
+    load is one or two long sessions, not the level (ramp-load60 tore a running c=6 down on 157K read with no
+    stream running, where the level was 96K, and came back): the shape stays, and explain cites the 85K.
+    With twenty streams behind it the 150K is the workload's, and the shape goes."""
+    heavy = request(3.0)
+    scaled = replace(heavy.workload, fresh_tokens=heavy.workload.fresh_tokens * 1.3,
+                     cached_tokens=heavy.workload.cached_tokens * 1.3)
+    heavy = replace(heavy, workload=scaled)
+    running = Layout(4, 8, 11)
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 11),))
+    few = replace(fresh(3.0), stream_context_tokens=150_000.0, stream_context_recent_tokens=85_000.0,
+                  stream_context_streams=2.0, stream_context_growth_tokens=0.0)
+    d = decide(plan(heavy, few, NOW), state, few, RAILS, NOW)
+    assert d.action is not Action.RELAYOUT and (d.target is None or d.target.same_shape(running))
+    assert "a running stream holds 85,000 (measured)" in d.message
+    many = replace(few, stream_context_streams=20.0)
+    d = decide(plan(heavy, many, NOW), state, many, RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.reason == "CurrentLayoutUnsafe"
+
+
 def test_a_move_for_cost_waits_for_a_measured_pass_but_an_unsafe_shape_does_not():
     """With no pass measured at any TP, the cheapest shape is the napkin's guess (2-10x off real stacks): a
     re-layout for cost onto it waits, and the running shape follows the demand meanwhile; once a pass is

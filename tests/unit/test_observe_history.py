@@ -200,6 +200,21 @@ def test_how_long_the_working_set_was_measured_outlives_the_memory_and_ends_with
     assert history.settled(KEY, streams(3_060.0, 80_000)).stream_context_measured_seconds == pytest.approx(60.0)
 
 
+def test_how_many_streams_stand_behind_the_last_loads_working_set():
+    """The last load's working set says how many streams it rests on (their mean a poll), so a planner can
+    tell a few long sessions from the workload's level; the memory's older polls do not count."""
+    history = PressureHistory()
+    assert history.settled(KEY, streams(0.0, 80_000)).stream_context_streams is None
+    for t in range(0, 600, 15):
+        record(history, streams(float(t), 80_000, running=20.0))
+    for t in range(600, 900, 15):
+        record(history, streams(float(t), 150_000, running=2.0 if t % 30 else 1.0))
+    settled = history.settled(KEY, streams(885.0, 150_000, running=2.0), horizon=135.0)
+    assert settled.stream_context_streams == pytest.approx(1.5)
+    assert settled.stream_context_tokens == pytest.approx(150_000)
+    assert settled.stream_context_recent_tokens is not None and settled.stream_context_recent_tokens < 100_000
+
+
 def test_the_arrivals_are_kept_apart_from_a_demand_that_counts_the_queue():
     history = PressureHistory()
     for i, waiting in enumerate((0.0, 120.0, 600.0)):

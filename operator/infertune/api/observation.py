@@ -13,6 +13,14 @@ from enum import StrEnum
 # A queue is demand the fleet did not serve: it counts as the rate that would drain it in this time.
 BACKLOG_DRAIN_SECONDS = 60.0
 
+# Fewer streams than this running on average over a load are a few sessions, each climbing through its own
+# turns: their mean is theirs, not the workload's level. It rises for minutes together while nothing in the
+# workload grows, and a line through it passes its test (the bench's week at night: 0-3 streams on three to
+# five pods, a rise of 25-90K carried a load ahead, and a running TP4 c=7 torn down six times); one long
+# session fills a 60 s load's mean (ramp-load60: 157K with no stream running, where the level was 96K,
+# and a running TP4 c=6 torn down; docs/bench.md, History).
+FEW_STREAMS = 8.0
+
 
 class MetricsFault(StrEnum):
     """Why an observation is not trusted. The values double as condition reasons."""
@@ -99,6 +107,9 @@ class Observation:
     # The same over the metrics history's whole memory (15 minutes), where the above is over the last model
     # load: with few streams running it swings as sessions end and start, and a trough is not its level.
     stream_context_recent_tokens: float | None = None
+    # The mean number of streams running behind `stream_context_tokens` (over the last load): below
+    # FEW_STREAMS its mean is those sessions' own, not the workload's level. None when unmeasured.
+    stream_context_streams: float | None = None
     # By how many tokens the above will have grown one model load ahead along its own significant rise
     # (0 when it shows none); None when not settled over a load or too few streams ran to tell.
     stream_context_growth_tokens: float | None = None

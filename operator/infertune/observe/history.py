@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from infertune.api.observation import Observation
+from infertune.api.observation import FEW_STREAMS, Observation
 from infertune.model.early_warning import (
     CliffWarning,
     PressurePoint,
@@ -80,11 +80,8 @@ class StreamContextPoint:
 # Fewer running streams than this over the horizon tell too little of the working set to plan on.
 MIN_STREAM_WEIGHT = 4.0
 
-# Fewer streams than this running on average over a load are a few sessions, each climbing through its own
-# turns: their mean rises for minutes together while nothing in the workload grows, and a line through it
-# passes its test (the bench's week at night: 0-3 streams on three to five pods, a rise of 25-90K carried a
-# load ahead, and a running TP4 c=7 torn down six times, docs/bench.md, History). Their working set is read as it is.
-MIN_TREND_STREAMS = 8.0
+# Fewer streams than this on average over a load carry no rise ahead: their working set is read as it is.
+MIN_TREND_STREAMS = FEW_STREAMS
 
 _Timed = TypeVar("_Timed", PressurePoint, ShapePoint, StreamContextPoint)
 DEMAND_POINTS = 360
@@ -184,7 +181,8 @@ class PressureHistory:
         since = self._contexts_since.get(key)
         obs = replace(obs, stream_context_tokens=self._stream_context(key, obs, horizon),
                       stream_context_recent_tokens=self._stream_context(key, obs, None),
-                      stream_context_measured_seconds=None if since is None else max(obs.sample_time - since, 0.0))
+                      stream_context_measured_seconds=None if since is None else max(obs.sample_time - since, 0.0),
+                      stream_context_streams=self._streams_running(key, obs, horizon))
         if horizon is not None:
             obs = replace(obs, stream_context_growth_tokens=self._working_set_growth(
                 key, obs.sample_time, horizon, obs.stream_context_tokens))
@@ -223,6 +221,12 @@ class PressureHistory:
         if weight < MIN_STREAM_WEIGHT:
             return None
         return sum(p.running * p.tokens for p in points) / weight
+
+    def _streams_running(self, key: DeploymentKey, obs: Observation, horizon: float | None) -> float | None:
+        """The mean number of streams running over the horizon's context points; None without any."""
+        recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
+        points = [p for p in recorded if horizon is None or p.time >= obs.sample_time - horizon]
+        return sum(p.running for p in points) / len(points) if points else None
 
     def _working_set_growth(self, key: DeploymentKey, now: float, horizon: float,
                             level: float | None) -> float | None:

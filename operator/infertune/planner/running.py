@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from infertune.api.observation import Observation
+from infertune.api.observation import FEW_STREAMS, Observation
 from infertune.model.early_warning import CLIFF_USAGE
 from infertune.planner.candidates import RUNNING_KV_RISK
 from infertune.planner.plan import Plan
@@ -61,8 +61,9 @@ def roomier(proposed: Layout | None, applied: Layout) -> bool:
 
 def measured_working_set_holds(plan: Plan, applied: Layout, obs: Observation | None) -> bool:
     """Whether the running shape, which the model puts over the KV line, stays under it at the working set
-    the fleet measures: the KV a running stream holds (the larger of its mean over the last load and over
-    the metrics history's memory), carried one load ahead along its own significant rise.
+    the fleet measures: the KV a running stream holds (`running_working_set`: the larger of its mean over
+    the last load and over the metrics history's memory, or the latter alone while few streams ran),
+    carried one load ahead along its own significant rise.
 
     The model judges the finished requests' mean prompt, and on a quiet night that mean, over the few
     long sessions that finish in a load, swings by half again while what the running streams hold stays
@@ -77,7 +78,7 @@ def measured_working_set_holds(plan: Plan, applied: Layout, obs: Observation | N
 def measured_hold_note(plan: Plan, applied: Layout, obs: Observation | None) -> str:
     """What `explain` says of a running shape kept by `measured_working_set_holds`: the model's context, the
     working set measured, and the risk the shape runs at it."""
-    held = working_set_held(obs) or 0.0
+    held = running_working_set(obs) or 0.0
     growth = _growth(obs)
     ahead = f" and {growth:,.0f} more a load ahead" if growth > 0 else ""
     return (f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs} stays though the model puts it over "
@@ -90,10 +91,25 @@ def measured_hold_note(plan: Plan, applied: Layout, obs: Observation | None) -> 
 def _measured_risk(plan: Plan, applied: Layout, obs: Observation | None) -> float | None:
     """The running shape's KV risk at the working set held plus its rise a load ahead; None when the engine
     is at the cliff, the working set is unmeasured, or the plan did not consider the shape."""
-    held = working_set_held(obs)
+    held = running_working_set(obs)
     if held is None or past_cliff(obs):
         return None
     return plan.kv_risk_measured(applied, held + _growth(obs))
+
+
+def running_working_set(obs: Observation | None) -> float | None:
+    """The working set a running shape is kept or torn down on: the one held (`working_set_held`), or its
+    level over the metrics history's memory while fewer than FEW_STREAMS ran on average over the last load.
+    Those are a few sessions, and one long one fills a short load's mean: ramp-load60 read 157K with no stream
+    running, where the level was 96K, and tore a running TP4 c=6 down for c=4, then came back. A cost move is
+    still judged at the larger (a trough is not the level either), so this only ever keeps what runs."""
+    held = working_set_held(obs)
+    if held is None or obs is None:
+        return held
+    few = obs.stream_context_streams is not None and obs.stream_context_streams < FEW_STREAMS
+    if few and obs.stream_context_recent_tokens is not None:
+        return obs.stream_context_recent_tokens
+    return held
 
 
 def _growth(obs: Observation | None) -> float:
