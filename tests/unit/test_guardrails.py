@@ -382,18 +382,24 @@ def test_a_cost_move_records_no_shape_left_as_unsafe():
     assert d.reason == "CheaperLayout" and next_state(state, d, RAILS).left_unsafe is None
 
 
+def over_the_line_by_the_model() -> tuple[PlanRequest, Layout, PlannerState]:
+    """Requests finishing with 110K-token contexts (1.3x the preset's), which put a running TP4 c=8 x11 over
+    the KV line by the model, and a state whose window remembers its count."""
+    heavy = request(3.0)
+    scaled = replace(heavy.workload, fresh_tokens=heavy.workload.fresh_tokens * 1.3,
+                     cached_tokens=heavy.workload.cached_tokens * 1.3)
+    running = Layout(4, 8, 11)
+    return replace(heavy, workload=scaled), running, PlannerState(applied=running,
+                                                                  recent_recommendations=((NOW - 5000, 11),))
+
+
 def test_a_running_shape_is_kept_or_torn_down_on_the_level_while_few_streams_run():
     """The model puts the running TP4 c=8 over the KV line (requests finishing at 110K). Over the last load a
     running stream held 150K, over the metrics history 85K. With two streams running on average that last
     load is one or two long sessions, not the level (ramp-load60 tore a running c=6 down on 157K read with no
     stream running, where the level was 96K, and came back): the shape stays, and explain cites the 85K.
     With twenty streams behind it the 150K is the workload's, and the shape goes."""
-    heavy = request(3.0)
-    scaled = replace(heavy.workload, fresh_tokens=heavy.workload.fresh_tokens * 1.3,
-                     cached_tokens=heavy.workload.cached_tokens * 1.3)
-    heavy = replace(heavy, workload=scaled)
-    running = Layout(4, 8, 11)
-    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 11),))
+    heavy, running, state = over_the_line_by_the_model()
     few = replace(fresh(3.0), stream_context_tokens=150_000.0, stream_context_recent_tokens=85_000.0,
                   stream_context_streams=2.0, stream_context_growth_tokens=0.0)
     d = decide(plan(heavy, few, NOW), state, few, RAILS, NOW)
@@ -432,12 +438,7 @@ def test_a_running_shape_stays_while_the_working_set_measured_keeps_it_under_the
     finish in a load, swings that far while what the pods hold stays put. The fleet stays and follows the
     demand. It goes when the streams' own rise, carried a load ahead, crosses the line too, when the
     engine reports the cliff, or when no working set is measured."""
-    heavy = request(3.0)
-    scaled = replace(heavy.workload, fresh_tokens=heavy.workload.fresh_tokens * 1.3,
-                     cached_tokens=heavy.workload.cached_tokens * 1.3)
-    heavy = replace(heavy, workload=scaled)
-    running = Layout(4, 8, 11)
-    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 11),))
+    heavy, running, state = over_the_line_by_the_model()
 
     def decided(obs: Observation):
         p = plan(heavy, obs, NOW)
