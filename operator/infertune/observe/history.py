@@ -80,9 +80,6 @@ class StreamContextPoint:
 # Fewer running streams than this over the horizon tell too little of the working set to plan on.
 MIN_STREAM_WEIGHT = 4.0
 
-# Fewer streams than this on average over a load carry no rise ahead: their working set is read as it is.
-MIN_TREND_STREAMS = FEW_STREAMS
-
 _Timed = TypeVar("_Timed", PressurePoint, ShapePoint, StreamContextPoint)
 DEMAND_POINTS = 360
 
@@ -185,7 +182,7 @@ class PressureHistory:
                       stream_context_streams=self._streams_running(key, obs, horizon))
         if horizon is not None:
             obs = replace(obs, stream_context_growth_tokens=self._working_set_growth(
-                key, obs.sample_time, horizon, obs.stream_context_tokens))
+                key, obs.sample_time, horizon, obs.stream_context_tokens, obs.stream_context_streams))
         recorded: Sequence[ShapePoint] = self._shapes.get(key) or ()
         shapes = recorded
         if horizon is not None and shapes:
@@ -215,24 +212,26 @@ class PressureHistory:
     def _stream_context(self, key: DeploymentKey, obs: Observation, horizon: float | None) -> float | None:
         """Tokens per running stream over the horizon, weighted by the streams; None when too few streams
         ran to tell."""
-        recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
-        points = [p for p in recorded if horizon is None or p.time >= obs.sample_time - horizon]
+        points = self._contexts_over(key, obs.sample_time, horizon)
         weight = sum(p.running for p in points)
         if weight < MIN_STREAM_WEIGHT:
             return None
         return sum(p.running * p.tokens for p in points) / weight
 
+    def _contexts_over(self, key: DeploymentKey, now: float, horizon: float | None) -> list[StreamContextPoint]:
+        recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
+        return [p for p in recorded if horizon is None or p.time >= now - horizon]
+
     def _streams_running(self, key: DeploymentKey, obs: Observation, horizon: float | None) -> float | None:
         """The mean number of streams running over the horizon's context points; None without any."""
-        recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
-        points = [p for p in recorded if horizon is None or p.time >= obs.sample_time - horizon]
+        points = self._contexts_over(key, obs.sample_time, horizon)
         return sum(p.running for p in points) / len(points) if points else None
 
     def _working_set_growth(self, key: DeploymentKey, now: float, horizon: float,
-                            level: float | None) -> float | None:
+                            level: float | None, streams: float | None) -> float | None:
         """The tokens by which the running streams' measured working set will have grown one load ahead
         of `level`, its mean over the load (0 when it shows no significant rise), or None when too few
-        streams ran to tell (`level` None).
+        streams ran to tell (`level` None). `streams` is how many ran on average over the load.
 
         The prompt's trend runs through each poll's mean over the few requests that finished in it, and on
         a quiet night (one to three a poll, heavy-tailed) a line through those passes its test by chance
@@ -242,13 +241,12 @@ class PressureHistory:
         by no more tokens than the working set measured over the same window grows: in tokens, not as a
         ratio, since a session's own history is what grows and the answer half-way held (and a prefix
         the cache shares) only dilute the ratio. Unmeasured, the prompt's trend stands alone. With fewer
-        than MIN_TREND_STREAMS running on average over the load, the rise is a few sessions' own, and 0."""
+        than FEW_STREAMS running on average over the load, the rise is a few sessions' own, and 0."""
         if level is None:
             return None
-        recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
-        load = [p for p in recorded if p.time >= now - horizon]
-        if sum(p.running for p in load) < MIN_TREND_STREAMS * len(load):
+        if streams is not None and streams < FEW_STREAMS:
             return 0.0
+        recorded: Sequence[StreamContextPoint] = self._contexts.get(key) or ()
         ahead = rising([DemandPoint(p.time, p.tokens) for p in recorded], now, horizon)
         return 0.0 if ahead is None else max(ahead - level, 0.0)
 
