@@ -12,7 +12,11 @@ import jsonschema
 import pytest
 import yaml
 
+from infertune.api.quantities import format_duration
+from infertune.api.spec import parse_spec
 from infertune.commands.crds import reference, render_all
+from infertune.model import workload_preset
+from infertune.planner.request import DEFAULT_TP_SIZES, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = {p.name: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crds").glob("*.yaml"))}
@@ -125,6 +129,65 @@ def test_spec_has_no_floats() -> None:
             walk(node["items"], f"{path}[]")
 
     walk(spec, "spec")
+
+
+def _fields(node: dict[str, Any], path: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every field under a schema node, through objects' properties and arrays' items, as (path, schema)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for name, prop in node.get("properties", {}).items():
+        found += [(f"{path}.{name}", prop), *_fields(prop, f"{path}.{name}")]
+    if isinstance(node.get("items"), dict):
+        found += _fields(node["items"], f"{path}[]")
+    return found
+
+
+@pytest.mark.parametrize(("kind", "part"), [
+    ("InferenceDeployment", "spec"), ("InferenceDeployment", "status"), ("ServingPolicy", "spec")])
+def test_every_field_has_a_description(kind: str, part: str) -> None:
+    """What `kubectl explain` prints: no field of either CRD may have nothing to say."""
+    root = _schema(kind)["properties"][part]
+    blank = [path for path, node in [(part, root), *_fields(root, part)]
+             if not str(node.get("description", "")).strip()]
+    assert blank == [], f"{kind} fields without a description (api/*.py, then `make crds`): {', '.join(blank)}"
+
+
+def _description(kind: str, path: str) -> str:
+    node = _schema(kind)
+    for name in path.split("."):
+        node = node["properties"][name]
+    return str(node.get("description", ""))
+
+
+def test_the_defaults_the_descriptions_state_are_the_planners() -> None:
+    """The tuning defaults live in the planner, which api/ cannot import: the descriptions state them in
+    words, and this keeps the words true."""
+    spec = parse_spec({"model": {"weights": "w", "profile": "kimi-k2.6"}, "slo": {"ttft": {"limit": "3s"}}})
+    request = resolve(spec).request
+    rails = request.guardrails
+    stated = {
+        "spec.tuning.cooldowns.scaleUp": format_duration(rails.scale_up_cooldown_s),
+        "spec.tuning.cooldowns.scaleDown": format_duration(rails.scale_down_cooldown_s),
+        "spec.tuning.cooldowns.relayout": format_duration(rails.relayout_cooldown_s),
+        "spec.tuning.cooldowns.scaleDownStabilization": format_duration(rails.scale_down_stabilization_s),
+        "spec.tuning.staleAfter": format_duration(rails.stale_after_s),
+        "spec.tuning.hysteresisPercent": f"{rails.hysteresis * 100:g}",
+        "spec.tuning.maxReplicaStep": str(rails.max_step_replicas),
+        "spec.tuning.kvHeadroomPercent": f"{request.kv_headroom * 100:g}",
+        "spec.tuning.burstHeadroomPercent": f"{request.demand_headroom * 100:g}",
+        "spec.tuning.burstPercentile": f"{request.burst_quantile * 100:g}",
+        "spec.tuning.concurrency.min": str(request.concurrency_min),
+        "spec.tuning.replicas.min": str(request.replicas_min),
+        "spec.slo.ttft.percentile": str(request.slo.ttft_percentile),
+    }
+    for path, default in stated.items():
+        assert f"Default {default}." in _description("InferenceDeployment", path), path
+    assert f"Default {request.concurrency_max}, " in _description("InferenceDeployment", "spec.tuning.concurrency.max")
+    assert f"Default {request.replicas_max}, " in _description("InferenceDeployment", "spec.tuning.replicas.max")
+    assert request.workload == workload_preset("chat")
+    assert "Default chat." in _description("InferenceDeployment", "spec.workload.preset")
+    sizes = " and ".join([", ".join(map(str, DEFAULT_TP_SIZES[:-1])), str(DEFAULT_TP_SIZES[-1])])
+    assert f"Default: those of {sizes} the model allows." in _description(
+        "InferenceDeployment", "spec.tuning.tensorParallelSizes")
 
 
 @pytest.mark.parametrize("path", _docs("examples") + _docs("policies"), ids=lambda p: p.name)

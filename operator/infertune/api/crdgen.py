@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from infertune.api.policy import POLICY_KIND, POLICY_PLURAL, ServingPolicySpec
+from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN
 from infertune.api.spec import GROUP, KIND, PLURAL, VERSION, InferenceDeploymentSpec
 from infertune.api.status import InferenceDeploymentStatus
 
@@ -41,6 +42,10 @@ def _resolve(node: Any, defs: dict[str, Schema]) -> Any:
         if key in _DROP or (key == "default" and value is None):
             continue
         if key == "additionalProperties" and value is False:
+            continue
+        if key == "description" and isinstance(value, str):
+            # A docstring's line breaks are not the reader's: `kubectl explain` wraps the text itself.
+            out[key] = " ".join(value.split())
             continue
         out[key] = _resolve(value, defs)
     return out
@@ -147,7 +152,9 @@ def _reference_rows(schema: Schema, path: str, required: bool, rows: list[str]) 
     if "minimum" in schema or "maximum" in schema:
         bounds.append(f"{schema.get('minimum', '')}..{schema.get('maximum', '')}")
     if "pattern" in schema:
-        bounds.append("duration" if "ms|s|m|h" in schema["pattern"] else "decimal string")
+        pattern = schema["pattern"]
+        bounds.append("duration" if pattern == DURATION_PATTERN else "decimal string" if pattern == DECIMAL_PATTERN
+                      else f"pattern `{pattern}`")
     for entry in schema.get("x-kubernetes-validations", []):
         bounds.append(f"rule: {entry['message']}")
     default = f"`{schema['default']}`" if "default" in schema and schema["default"] != {} else ""

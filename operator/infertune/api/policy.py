@@ -10,6 +10,11 @@ from pydantic import Field, ValidationError
 from infertune.api.spec import (
     BURST_HEADROOM_DESCRIPTION,
     BURST_PERCENTILE_DESCRIPTION,
+    HYSTERESIS_DESCRIPTION,
+    KV_HEADROOM_DESCRIPTION,
+    MAX_REPLICA_STEP_DESCRIPTION,
+    STALE_AFTER_DESCRIPTION,
+    TP_SIZES_DESCRIPTION,
     ApiModel,
     ConcurrencyRange,
     Cooldowns,
@@ -27,22 +32,26 @@ POLICY_PLURAL = "servingpolicies"
 
 
 class PolicyTuning(ApiModel):
-    """The guardrail presets a policy may set; mode and layout bounds stay with each resource."""
+    """The tuning bounds and guardrails a policy may preset; mode and interval stay with each resource."""
 
-    tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7)
+    tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7,
+                                                    description=TP_SIZES_DESCRIPTION)
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
-    kv_headroom_percent: int | None = Field(default=None, ge=0, le=90)
+    kv_headroom_percent: int | None = Field(default=None, ge=0, le=90, description=KV_HEADROOM_DESCRIPTION)
     burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=BURST_HEADROOM_DESCRIPTION)
     burst_percentile: int | None = Field(default=None, ge=50, le=99, description=BURST_PERCENTILE_DESCRIPTION)
-    hysteresis_percent: int | None = Field(default=None, ge=0, le=100)
-    max_replica_step: int | None = Field(default=None, ge=1)
-    stale_after: Duration | None = None
+    hysteresis_percent: int | None = Field(default=None, ge=0, le=100, description=HYSTERESIS_DESCRIPTION)
+    max_replica_step: int | None = Field(default=None, ge=1, description=MAX_REPLICA_STEP_DESCRIPTION)
+    stale_after: Duration | None = Field(default=None, description=STALE_AFTER_DESCRIPTION)
     cooldowns: Cooldowns | None = None
 
 
 class ServingPolicySpec(ApiModel):
-    description: str = ""
+    """Presets for the InferenceDeployments that name this policy in spec.policyRef: each field applies where
+    the resource leaves it unset, field by field."""
+
+    description: str = Field(default="", description="Free text saying what the policy is for.")
     slo: Slo | None = None
     workload: WorkloadHints | None = None
     tuning: PolicyTuning | None = None

@@ -81,6 +81,9 @@ Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
 Decimal = Annotated[str, Field(pattern=DECIMAL_PATTERN)]
 Percent = Annotated[int, Field(ge=0, le=100)]
 
+# How a duration is written (DURATION_PATTERN), for the description of every duration field.
+DURATION_FORMAT = "A duration: numbers with units h, m, s or ms, no spaces, e.g. '90s', '1m30s', '1.5h', '800ms'."
+
 
 class TuningMode(StrEnum):
     """Auto applies decisions; Recommend only writes them to status; Off holds the workload as it is."""
@@ -119,6 +122,10 @@ class KeyRef(ApiModel):
 
 
 class ConfigMapModelRef(ApiModel):
+    """A ConfigMap of the resource's namespace holding the model's Hugging Face config.json. It is re-read
+    every cycle, so an edit is planned with on the next one; until it exists the resource waits
+    (Ready=False, ConfigMapNotFound)."""
+
     name: str = Field(min_length=1, description="ConfigMap holding a Hugging Face config.json.")
     key: str = Field(default="config.json", description="Key holding the JSON.")
 
@@ -126,24 +133,40 @@ class ConfigMapModelRef(ApiModel):
 class Architecture(ApiModel):
     """An inline architecture for a model outside the catalog; integer fields only."""
 
-    layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    attention_heads: int = Field(ge=1)
-    attention: Literal["GQA", "MLA"] = "GQA"
-    kv_heads: int | None = Field(default=None, ge=1, description="GQA only.")
-    head_dim: int | None = Field(default=None, ge=1, description="GQA only.")
-    kv_lora_rank: int | None = Field(default=None, ge=1, description="MLA only.")
-    rope_head_dim: int | None = Field(default=None, ge=0, description="MLA only.")
+    layers: int = Field(ge=1, description="Transformer layers (num_hidden_layers).")
+    hidden_size: int = Field(ge=1, description="Model width (hidden_size).")
+    attention_heads: int = Field(ge=1, description=(
+        "Query heads per layer (num_attention_heads); every tensor-parallel size must divide it."))
+    attention: Literal["GQA", "MLA"] = Field(default="GQA", description=(
+        "GQA: grouped-query attention (MHA and MQA included), which needs kvHeads and headDim. MLA: multi-head "
+        "latent attention (DeepSeek's), which needs kvLoraRank. Default GQA."))
+    kv_heads: int | None = Field(default=None, ge=1, description=(
+        "GQA only, and required there: KV heads per layer (num_key_value_heads). Each tensor-parallel size must "
+        "divide it or be a multiple of it."))
+    head_dim: int | None = Field(default=None, ge=1, description="GQA only, and required there: the size of a head.")
+    kv_lora_rank: int | None = Field(default=None, ge=1, description=(
+        "MLA only, and required there: the rank of the compressed KV (kv_lora_rank)."))
+    rope_head_dim: int | None = Field(default=None, ge=0, description=(
+        "MLA only: the decoupled RoPE key dimension (qk_rope_head_dim). Default 0."))
     ffn_width: int = Field(ge=1, description="FFN width (per expert for MoE).")
-    total_params: int = Field(ge=1)
-    active_params: int = Field(ge=1)
+    total_params: int = Field(ge=1, description=(
+        "Parameters in all, every expert counted: what the weights take of GPU memory."))
+    active_params: int = Field(ge=1, description=(
+        "Parameters each token uses (totalParams for a dense model); at most totalParams."))
     weight_bits: int = Field(default=16, ge=1, le=32, description="Bits per weight (16 BF16, 8 FP8, 4 FP4).")
-    kv_cache_bits: int = Field(default=16, ge=1, le=32)
-    routed_experts: int | None = Field(default=None, ge=1)
-    experts_per_token: int | None = Field(default=None, ge=1)
-    moe_layers: int | None = Field(default=None, ge=1)
-    expert_params: int | None = Field(default=None, ge=1)
-    shared_experts: int = Field(default=0, ge=0)
+    kv_cache_bits: int = Field(default=16, ge=1, le=32, description=(
+        "Bits per KV-cache element (16 BF16, 8 FP8). Default 16."))
+    routed_experts: int | None = Field(default=None, ge=1, description=(
+        "MoE only: routed experts per MoE layer. Setting it makes the model MoE, which then needs "
+        "expertsPerToken and expertParams."))
+    experts_per_token: int | None = Field(default=None, ge=1, description=(
+        "MoE only: routed experts each token activates (top-k)."))
+    moe_layers: int | None = Field(default=None, ge=1, description=(
+        "MoE only: the layers that have experts. Default: every layer."))
+    expert_params: int | None = Field(default=None, ge=1, description=(
+        "MoE only: parameters of one expert in one layer (3 x hiddenSize x ffnWidth for a gated FFN)."))
+    shared_experts: int = Field(default=0, ge=0, description=(
+        "MoE only: shared experts every token uses besides the routed ones. Default 0."))
 
     @model_validator(mode="after")
     def _consistent(self) -> Architecture:
@@ -177,15 +200,20 @@ class ModelSource(ApiModel):
 
 
 class EnvVar(ApiModel):
-    name: str = Field(min_length=1)
-    value: str = ""
+    """An environment variable of the engine container, with a literal value."""
+
+    name: str = Field(min_length=1, description="Name of the variable.")
+    value: str = Field(default="", description="Its value. Default empty.")
 
 
 class Resources(ApiModel):
     """Extra CPU/memory for the engine container; the operator sets nvidia.com/gpu itself."""
 
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[str, str] = Field(default_factory=dict, description=(
+        "Resource name to quantity, e.g. cpu: '16', memory: 256Gi. An nvidia.com/gpu entry is replaced by the "
+        "GPUs of each pod."))
+    limits: dict[str, str] = Field(default_factory=dict, description=(
+        "Resource name to quantity. An nvidia.com/gpu entry is replaced by the GPUs of each pod."))
 
 
 def _owned_flag_rule(kind: str) -> str:
@@ -194,6 +222,9 @@ def _owned_flag_rule(kind: str) -> str:
 
 
 class Engine(ApiModel):
+    """The serving engine and its container. The operator sets the flags it tunes (TP, max-num-seqs, GPU
+    memory, port) itself."""
+
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         rule(_owned_flag_rule("vllm"), "extraArgs must not set flags the operator owns: "
              + ", ".join(OWNED_ARGS["vllm"]), ".extraArgs"),
@@ -201,15 +232,28 @@ class Engine(ApiModel):
              + ", ".join(OWNED_ARGS["sglang"]), ".extraArgs"),
     ]})
 
-    kind: EngineKind = "vllm"
-    image: str = Field(default="vllm/vllm-openai:v0.11.0", min_length=1)
+    kind: EngineKind = Field(default="vllm", description=(
+        "The engine the image runs, vllm or sglang: the operator renders that engine's command and flags. "
+        "Default vllm."))
+    image: str = Field(default="vllm/vllm-openai:v0.11.0", min_length=1, description=(
+        "The engine container's image. The default is a vLLM image whatever kind says: with kind sglang, set "
+        "an SGLang image."))
     extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=128, description="Passed through after the operator's flags.")
-    env: list[EnvVar] = Field(default_factory=list, max_length=128)
+    env: list[EnvVar] = Field(default_factory=list, max_length=128, description=(
+        "Environment variables of the engine container."))
     resources: Resources = Field(default_factory=Resources)
-    port: int = Field(default=8000, ge=1, le=65535)
-    startup_seconds: int = Field(default=600, ge=1, description="Expected model load time.")
-    gpu_memory_utilization_percent: int = Field(default=90, ge=10, le=99)
+    port: int = Field(default=8000, ge=1, le=65535, description=(
+        "The port the engine serves on: its API, /health for the probes and /metrics. The Service and the Pods "
+        "metrics source use it. Default 8000."))
+    startup_seconds: int = Field(default=600, ge=1, description=(
+        "Expected model load time, seconds: from a pod's start to serving. It is how long new capacity takes "
+        "to arrive, so it sets the demand forecast's horizon, the shortest scale-down stabilisation window and "
+        "the least time between re-layouts; the startup probe allows it plus 60 s. Default 600."))
+    gpu_memory_utilization_percent: int = Field(default=90, ge=10, le=99, description=(
+        "Share of each GPU's memory the engine may take for weights and KV cache, percent 10-99 (vLLM "
+        "--gpu-memory-utilization, SGLang --mem-fraction-static). Default 90. The planner's estimate of the KV "
+        "capacity assumes 90 whatever is set here."))
 
     @model_validator(mode="after")
     def _no_owned_flags(self) -> Engine:
@@ -224,44 +268,86 @@ class Engine(ApiModel):
 
 
 class Toleration(ApiModel):
-    key: str | None = None
-    operator: Literal["Equal", "Exists"] | None = None
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: int | None = None
+    """A toleration of the engine pods, as in a Pod spec."""
+
+    key: str | None = Field(default=None, description=(
+        "The taint key it matches. Unset, with operator Exists: every taint."))
+    operator: Literal["Equal", "Exists"] | None = Field(default=None, description=(
+        "Equal matches the taint's value, Exists any value. Unset: Equal."))
+    value: str | None = Field(default=None, description="The taint value operator Equal matches.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(default=None, description=(
+        "The taint effect it matches. Unset: every effect."))
+    toleration_seconds: int | None = Field(default=None, description=(
+        "With effect NoExecute: seconds the pod stays on a node once the taint appears. Unset: for good."))
 
 
 class Hardware(ApiModel):
+    """The GPUs the engine runs on, where its pods may be scheduled, and how many GPUs it may use."""
+
     gpu: str = Field(default="b200", description="GPU catalog name (b200, h200, h100, gb200, b300).")
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    gpus_per_node: int | None = Field(default=None, ge=1, le=72, description="Default: the GPU's HGX node.")
-    pool_gpus: int | None = Field(default=None, ge=1, description="GPUs this deployment may use in all.")
-    price_per_gpu_hour: Decimal | None = Field(default=None, description="USD, e.g. '6' or '5.50'.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description=(
+        "Node labels the engine pods require (their nodeSelector), e.g. to land on nodes with this GPU."))
+    tolerations: list[Toleration] = Field(default_factory=list, description=(
+        "Tolerations of the engine pods, e.g. for tainted GPU nodes."))
+    gpus_per_node: int | None = Field(default=None, ge=1, le=72, description=(
+        "GPUs on one node. Default: the catalog's for the GPU (8 on an HGX board, 4 on a GB200 tray). A "
+        "replica whose TP is larger spans nodes, as a LeaderWorkerSet instead of a Deployment."))
+    pool_gpus: int | None = Field(default=None, ge=1, description=(
+        "GPUs this deployment may use in all, counting the old and the new pods while a re-layout rolls. "
+        "Unset: no limit but spec.tuning.replicas.max."))
+    price_per_gpu_hour: Decimal | None = Field(default=None, description=(
+        "USD, e.g. '6' or '5.50'. Default: the catalog's price for the GPU. It scales the costs reported; no "
+        "choice depends on it, except that at '0' no re-layout for cost ever pays back its rollout."))
 
 
 class WorkloadHints(ApiModel):
     """The traffic shape assumed until metrics say otherwise."""
 
-    preset: WorkloadPreset | None = None
-    fresh_tokens: int | None = Field(default=None, ge=0)
-    cached_tokens: int | None = Field(default=None, ge=0)
-    output_tokens: int | None = Field(default=None, ge=1)
-    expected_requests_per_second: Decimal | None = None
+    preset: WorkloadPreset | None = Field(default=None, description=(
+        "The request shape to start from: coding-agent (means of ~13K fresh, ~71K cached and ~1K output "
+        "tokens), chat (600, 1,400, 400) or batch (4,000, 0, 800). The token fields below replace its means; "
+        "it still gives the spread of contexts and the median prompt the TTFT estimate reads. Default chat."))
+    fresh_tokens: int | None = Field(default=None, ge=0, description=(
+        "Mean prompt tokens a request brings that the prefix cache does not hold (they are prefilled). "
+        "Default: the preset's."))
+    cached_tokens: int | None = Field(default=None, ge=0, description=(
+        "Mean prompt tokens a request finds in the prefix cache, such as a session's earlier turns. Default: "
+        "the preset's."))
+    output_tokens: int | None = Field(default=None, ge=1, description=(
+        "Mean tokens generated per request. Default: the preset's."))
+    expected_requests_per_second: Decimal | None = Field(default=None, description=(
+        "Requests/s to size replicas for until metrics give the rate, a decimal string, e.g. '2.5'. Unset: "
+        "the first layout runs spec.tuning.replicas.min replicas (at least one)."))
 
 
 class Ttft(ApiModel):
-    percentile: int | None = Field(default=None, ge=50, le=99)
-    limit: Duration | None = Field(default=None, description="e.g. '3s' or '800ms'.")
+    """The time-to-first-token target."""
+
+    percentile: int | None = Field(default=None, ge=50, le=99, description=(
+        "The percentile of requests whose time to first token, queueing included, must be within the limit, "
+        "50-99. Default 95. The observed TTFT is read at the nearest of p50, p95 and p99."))
+    limit: Duration | None = Field(default=None, description=(
+        "The longest time to first token at that percentile, queueing included, e.g. '3s' or '800ms'. "
+        "Unset: no TTFT target. " + DURATION_FORMAT))
 
 
 class Slo(ApiModel):
-    min_stream_tokens_per_second: int | None = Field(default=None, ge=0)
+    """What every request must get: per-stream speed and TTFT are separate targets, and a layout must meet
+    both. Unset: no SLO (SLOMet is True, reason NoSLO)."""
+
+    min_stream_tokens_per_second: int | None = Field(default=None, ge=0, description=(
+        "The least decode speed of each stream, tokens/s after the first token (judged at the slow end of "
+        "the performance model's estimate). Unset or 0: no floor."))
     ttft: Ttft | None = None
 
 
 class PolicyRef(ApiModel):
-    name: str = Field(min_length=1)
+    """A cluster-scoped ServingPolicy whose slo, workload and tuning fields apply where this resource leaves
+    them unset, field by field (a list, such as tensorParallelSizes, is replaced whole). Until the policy
+    exists the resource waits (Ready=False, PolicyNotFound); a deleted policy keeps applying as last seen
+    (status.policy)."""
+
+    name: str = Field(min_length=1, description="Name of the ServingPolicy.")
 
 
 def _range_rule(what: str) -> dict[str, Any]:
@@ -269,10 +355,14 @@ def _range_rule(what: str) -> dict[str, Any]:
 
 
 class ConcurrencyRange(ApiModel):
+    """The range of max-num-seqs the planner chooses from: the streams one replica runs at once (vLLM
+    --max-num-seqs, SGLang --max-running-requests)."""
+
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_range_rule("concurrency")]})
 
-    min: int | None = Field(default=None, ge=1, le=CONCURRENCY_MAX)
-    max: int | None = Field(default=None, ge=1, le=CONCURRENCY_MAX)
+    min: int | None = Field(default=None, ge=1, le=CONCURRENCY_MAX, description="Default 1.")
+    max: int | None = Field(default=None, ge=1, le=CONCURRENCY_MAX, description=(
+        "Default 256, or min when that is larger."))
 
     @model_validator(mode="after")
     def _ordered(self) -> ConcurrencyRange:
@@ -282,10 +372,15 @@ class ConcurrencyRange(ApiModel):
 
 
 class ReplicaRange(ApiModel):
+    """The range of replicas the operator scales within; spec.hardware.poolGpus may cap it further."""
+
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_range_rule("replicas")]})
 
-    min: int | None = Field(default=None, ge=0, le=1024)
-    max: int | None = Field(default=None, ge=1, le=1024)
+    min: int | None = Field(default=None, ge=0, le=1024, description=(
+        "Default 1. 0 does not scale to zero: the operator starts one replica and never removes the last, "
+        "and with no traffic at all the plan finds no layout, so the running replicas are held "
+        "(NoFeasibleLayout)."))
+    max: int | None = Field(default=None, ge=1, le=1024, description="Default 64, or min when that is larger.")
 
     @model_validator(mode="after")
     def _ordered(self) -> ReplicaRange:
@@ -295,13 +390,47 @@ class ReplicaRange(ApiModel):
 
 
 class Cooldowns(ApiModel):
-    scale_up: Duration | None = None
-    scale_down: Duration | None = None
-    relayout: Duration | None = None
-    scale_down_stabilization: Duration | None = None
+    """The least time between changes of each kind."""
+
+    scale_up: Duration | None = Field(default=None, description=(
+        "Least time between two scale-ups; skipped when the running layout is unsafe or the observed TTFT or "
+        "per-stream speed misses the SLO. Default 1m. " + DURATION_FORMAT))
+    scale_down: Duration | None = Field(default=None, description=(
+        "Least time from the last scale change, up or down, to a scale-down. Default 5m. " + DURATION_FORMAT))
+    relayout: Duration | None = Field(default=None, description=(
+        "Least time between two re-layouts (a new TP or max-num-seqs: every replica restarts). A layout whose "
+        "KV working set is over the headroom line, or that the engine reports past the cliff, is left within "
+        "it; a rollout that gives serving pods up waits twice it. Default 30m. " + DURATION_FORMAT))
+    scale_down_stabilization: Duration | None = Field(default=None, description=(
+        "HPA-style scale-down stabilisation window: replicas go down only to the highest count recommended "
+        "within it. The operator never uses a window shorter than the model load (spec.engine.startupSeconds), "
+        "since a replica released on a dip takes a model load to come back: 5m with a 15-minute load is a "
+        "15-minute window. Default 5m. " + DURATION_FORMAT))
 
 
-# The burst knobs' descriptions, shared with the ServingPolicy's (api/policy.py) so the two CRDs say the same.
+# The descriptions of the tuning fields a ServingPolicy may also set (api/policy.py), so the two CRDs say the
+# same. The defaults they state are the planner's (planner/request.py, planner/types.py `Guardrails`);
+# tests/unit/test_crds_schema.py checks that they agree.
+TP_SIZES_DESCRIPTION = (
+    "Tensor-parallel sizes (GPUs per replica) the planner may choose from, each one of "
+    + ", ".join(str(t) for t in ALLOWED_TP_SIZES) + ", and each one the model's attention heads allow (the spec "
+    "is invalid otherwise). Default: those of 1, 2, 4 and 8 the model allows. A size above "
+    "spec.hardware.gpusPerNode runs each replica across nodes, as a LeaderWorkerSet.")
+KV_HEADROOM_DESCRIPTION = (
+    "Share of each replica's KV cache kept free, percent 0-90: a layout qualifies only while its KV working set "
+    "stays under the line at (100 - this)% of the KV pool at the load it is sized for (a new layout may cross it "
+    "5% of the time, a running one 25% before it is replaced). The CacheHeadroom condition warns against the "
+    "same line. Default 10.")
+HYSTERESIS_DESCRIPTION = (
+    "Replica changes smaller than this percentage of the running count are not made (WithinHysteresis), unless "
+    "the running layout is unsafe or a scale-up answers an observed SLO miss; a re-layout must save more than "
+    "this share of the GPUs. Percent 0-100. Default 10.")
+MAX_REPLICA_STEP_DESCRIPTION = (
+    "Most replicas one decision adds or removes; a larger change takes several decisions, each behind its "
+    "cooldown. A re-layout is not bound by it. Default 4.")
+STALE_AFTER_DESCRIPTION = (
+    "Metrics whose newest sample is older than this hold every decision (MetricsStale). Default 2m. "
+    + DURATION_FORMAT)
 BURST_HEADROOM_DESCRIPTION = (
     "Capacity kept spare, when replicas are sized, above the demand now and the level its trend and "
     "daily profile forecast one model load ahead, for bursts faster than a model load; where the recent "
@@ -315,23 +444,33 @@ BURST_PERCENTILE_DESCRIPTION = (
 
 
 class Tuning(ApiModel):
+    """How the operator tunes TP, max-num-seqs and replicas, and the guardrails on each change. A field left
+    unset takes the ServingPolicy's (spec.policyRef), else the operator's default."""
+
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
         "!has(self.tensorParallelSizes) || self.tensorParallelSizes.all(t, t in "
         + "[" + ", ".join(str(t) for t in ALLOWED_TP_SIZES) + "])",
         "tensorParallelSizes: each must be one of " + ", ".join(str(t) for t in ALLOWED_TP_SIZES),
         ".tensorParallelSizes")]})
 
-    mode: TuningMode = TuningMode.AUTO
-    tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7)
+    mode: TuningMode = Field(default=TuningMode.AUTO, description=(
+        "Auto applies decisions; Recommend only writes them to status.recommendation; Off holds the workload "
+        "as it is, as the infertune.io/paused: \"true\" annotation does. In every mode a resource with no "
+        "workload yet gets one, at the layout planned on the workload hints. Default Auto."))
+    tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7,
+                                                    description=TP_SIZES_DESCRIPTION)
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
-    kv_headroom_percent: int | None = Field(default=None, ge=0, le=90)
+    kv_headroom_percent: int | None = Field(default=None, ge=0, le=90, description=KV_HEADROOM_DESCRIPTION)
     burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=BURST_HEADROOM_DESCRIPTION)
     burst_percentile: int | None = Field(default=None, ge=50, le=99, description=BURST_PERCENTILE_DESCRIPTION)
-    hysteresis_percent: Percent | None = None
-    max_replica_step: int | None = Field(default=None, ge=1)
-    interval: Duration = "30s"
-    stale_after: Duration | None = None
+    hysteresis_percent: Percent | None = Field(default=None, description=HYSTERESIS_DESCRIPTION)
+    max_replica_step: int | None = Field(default=None, ge=1, description=MAX_REPLICA_STEP_DESCRIPTION)
+    interval: Duration = Field(default="30s", description=(
+        "How often the tuning cycle runs for this resource. It runs on the operator's timer (--cycle-seconds, "
+        "30 s unless set): a shorter interval runs no more often than the timer, a longer one at the first "
+        "firing after it has passed. Default 30s. " + DURATION_FORMAT))
+    stale_after: Duration | None = Field(default=None, description=STALE_AFTER_DESCRIPTION)
     cooldowns: Cooldowns | None = None
 
     @model_validator(mode="after")
@@ -351,6 +490,8 @@ SOURCE_TIMEOUT_MIN, SOURCE_TIMEOUT_MAX = "100ms", "30s"
 
 
 class PrometheusSource(ApiModel):
+    """The Prometheus that scrapes this deployment's engine pods, and how to reach it."""
+
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         rule(f"duration(self.timeout) >= duration('{SOURCE_TIMEOUT_MIN}') && "
              f"duration(self.timeout) <= duration('{SOURCE_TIMEOUT_MAX}')",
@@ -365,11 +506,19 @@ class PrometheusSource(ApiModel):
         default=None, max_length=PROMETHEUS_URL_MAX_LENGTH, json_schema_extra={"pattern": PROMETHEUS_URL_PATTERN},
         description="Default: the operator's --prometheus-url. http(s)://host[:port][/path], no user, query or "
                     "fragment; the platform may restrict it to an allow-list.")
-    bearer_token_secret_ref: KeyRef | None = None
-    ca_config_map_ref: KeyRef | None = None
-    ca_secret_ref: KeyRef | None = None
+    bearer_token_secret_ref: KeyRef | None = Field(default=None, description=(
+        "A Secret key of the resource's namespace holding the bearer token sent to Prometheus; it is read on "
+        "every poll, so a rotated token is picked up. Unset: no token, or with url unset the operator's own "
+        "(--prometheus-token-secret)."))
+    ca_config_map_ref: KeyRef | None = Field(default=None, description=(
+        "A ConfigMap key of the resource's namespace holding the PEM CA bundle that verifies an https url. "
+        "caSecretRef wins when both are set. Unset, with no caSecretRef: the system's CAs."))
+    ca_secret_ref: KeyRef | None = Field(default=None, description=(
+        "A Secret key of the resource's namespace holding the PEM CA bundle that verifies an https url. Unset: "
+        "caConfigMapRef, else the system's CAs."))
     timeout: Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)] = Field(
-        default="5s", description="Deadline of each request (a poll may take twice it), 100ms..30s.")
+        default="5s", description="Deadline of each request (a poll may take twice it), 100ms..30s. "
+                                   + DURATION_FORMAT)
     allow_token_over_http: bool = Field(default=False, description=(
         "Send the bearer token to a plain http url: only on a network you trust."))
 
@@ -395,11 +544,21 @@ class PrometheusSource(ApiModel):
 
 
 class Metrics(ApiModel):
-    source: Literal["Prometheus", "Pods"] = "Prometheus"
-    prometheus: PrometheusSource | None = None
+    """Where the operator reads the engine's figures (KV use, queue, TTFT, decode speed, request rate)."""
+
+    source: Literal["Prometheus", "Pods"] = Field(default="Prometheus", description=(
+        "Prometheus: query a Prometheus that scrapes the engine pods (spec.metrics.prometheus). Pods: the "
+        "operator scrapes each ready pod's /metrics on spec.engine.port itself, which needs its RBAC to list "
+        "pods. Default Prometheus."))
+    prometheus: PrometheusSource | None = Field(default=None, description=(
+        "The Prometheus to query when source is Prometheus; ignored for Pods. Unset: the operator's own "
+        "(--prometheus-url), with the operator's token if it has one."))
 
 
 class InferenceDeploymentSpec(ApiModel):
+    """The model to serve and its engine, the hardware, the traffic and SLO to plan for, and how the operator
+    tunes TP, max-num-seqs and replicas."""
+
     model: ModelSource
     engine: Engine = Field(default_factory=Engine)
     hardware: Hardware = Field(default_factory=Hardware)
@@ -409,7 +568,8 @@ class InferenceDeploymentSpec(ApiModel):
     tuning: Tuning = Field(default_factory=Tuning)
     metrics: Metrics = Field(default_factory=Metrics)
     replicas: int | None = Field(default=None, ge=0, le=1024, description=(
-        "Pins the replica count (what `kubectl scale` sets); TP and concurrency are still tuned."))
+        "Pins the replica count (what `kubectl scale` sets); TP and concurrency are still tuned. Unset: the "
+        "operator sizes replicas."))
 
 
 def parse_spec(raw: Any) -> InferenceDeploymentSpec:
