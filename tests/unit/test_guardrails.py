@@ -369,7 +369,7 @@ def test_a_shape_left_as_unsafe_is_judged_at_the_working_set_that_sent_it_away_f
     trough = replace(fresh(3.0), stream_context_tokens=85_000.0)
     _, d = run(3.0, replace(state, left_unsafe=replace(left, at=NOW - 1800)), trough)
     assert_cost_move_held(d, running, "WorkingSetAbovePlan")
-    assert ("held 100,000 tokens of KV (its level over the metrics history) when TP8 max-num-seqs 48 was left as "
+    assert ("held 100,000 tokens of KV (its level then) when TP8 max-num-seqs 48 was left as "
             "unsafe 1,800 s ago") in d.message
     assert "it holds 85,000 now" in d.message
     _, d = run(3.0, replace(state, left_unsafe=replace(left, at=NOW - 3700)), trough)

@@ -270,7 +270,7 @@ def check_working_set_measured(ctx: _Context) -> Check:
         return _ok("working-set-measured")
     planned = ctx.plan.workload.context_tokens
     if left is not None and judged > held:
-        holds = (f"a running stream held {judged:,.0f} tokens of KV (its level over the metrics history) when "
+        holds = (f"a running stream held {judged:,.0f} tokens of KV (its level then) when "
                  f"TP{left.tensor_parallel_size} max-num-seqs {left.max_num_seqs} was left as unsafe "
                  f"{ctx.now - left.at:,.0f} s ago, within a re-layout horizon (it holds {held:,.0f} now)")
     else:
