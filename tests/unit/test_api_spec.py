@@ -10,10 +10,12 @@ import pytest
 import yaml
 
 from infertune.api.conditions import Condition, ConditionUpdate, initial_conditions, merge_conditions
+from infertune.api.observation import Observation
 from infertune.api.policy import apply_policy, parse_policy
 from infertune.api.quantities import format_duration, parse_decimal, parse_duration
 from infertune.api.spec import parse_spec
 from infertune.errors import SpecError
+from infertune.planner.plan import plan
 from infertune.planner.request import resolve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +40,7 @@ def _spec(**changes: Any) -> dict[str, Any]:
     ({"tuning": {"interval": 30}}, "spec.tuning.interval"),
     ({"tunning": {}}, "spec.tunning"),
     ({"tuning": {"burstPercentile": 100}}, "spec.tuning.burstPercentile"),
+    ({"engine": {"kind": "sglang"}}, "spec.engine.image"),
     ({"tuning": {"burstPercentile": 40}}, "spec.tuning.burstPercentile"),
 ])
 def test_bad_fields_are_named_in_one_line(raw: dict[str, Any], field: str) -> None:
@@ -78,6 +81,18 @@ def test_resolve_builds_the_planner_request() -> None:
     assert req.burst_quantile == 0.98  # the default, named by neither
     tuned = resolve(parse_spec(_spec(tuning={**_spec()["tuning"], "burstPercentile": 90})), policy)
     assert tuned.request.burst_quantile == 0.90
+
+
+def test_min_zero_replicas_scales_an_idle_deployment_down_to_one_not_holds_it() -> None:
+    """`replicas.min: 0` (gpt-oss's example had it) planned no layout at all for no traffic, so the
+    guardrails held every running replica (NoFeasibleLayout) for as long as the idle lasted. There is no
+    scale to zero (a running replica is what the demand is measured on): 0 is read as 1."""
+    spec = _spec(tuning={**_spec()["tuning"], "replicas": {"min": 0, "max": 8}})
+    req = resolve(parse_spec(spec)).request
+    assert req.replicas_min == 1
+    idle = Observation("ns", "kimi", sample_time=0.0, available=True, arrival_rate=0.0, waiting=0.0)
+    planned = plan(req, idle, 0.0)
+    assert planned.feasible and planned.layout is not None and planned.layout.replicas == 1
 
 
 def test_an_unknown_gpu_is_a_spec_error_naming_the_field() -> None:

@@ -236,6 +236,17 @@ def test_bad_specs_are_rejected_on_admission(change: dict[str, Any], expected: s
     assert any(expected in e for e in errors), errors
 
 
+def test_an_sglang_engine_without_an_image_is_rejected_not_run_on_vllms() -> None:
+    """The default image is vLLM's: under SGLang's command it would crash-loop every pod."""
+    bare = _with({"engine": {"kind": "sglang"}})
+    del bare["spec"]["engine"]["image"]
+    assert any("kind sglang needs an image" in e for e in admission_errors(bare)), admission_errors(bare)
+    assert admission_errors(_with({"engine": {"kind": "sglang", "image": "lmsysorg/sglang:v0.5.19-cu129"}})) == []
+    vllm = _with({})
+    del vllm["spec"]["engine"]["image"]
+    assert admission_errors(vllm) == []
+
+
 def test_a_user_arg_the_operator_does_not_own_passes() -> None:
     args = ["--max-model-len=65536", "--num-seqs-note"]
     assert admission_errors(_with({"engine": {"extraArgs": args}})) == []

@@ -71,6 +71,25 @@ def test_scale_down_waits_for_stabilisation_and_its_cooldown():
     assert d.action is Action.SCALE_DOWN and d.target == Layout(4, 8, 8)
 
 
+def test_a_pool_priced_at_zero_still_moves_for_fewer_gpus():
+    """pricePerGpuHour "0" (an on-premises pool) priced a move's saving and its rollout at $0 each, so
+    every move for cost was held as not worth it. The saving is weighed in GPU time."""
+    running = Layout(8, 16, 12)
+    free = replace(request(3.0), price_per_gpu_hour=0.0)
+    p = plan(free, fresh(3.0), NOW)
+    needed = p.sized(running)
+    assert needed is not None and p.layout is not None and needed.gpus < running.gpus
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, needed.replicas),))
+    d = decide(p, state, fresh(3.0), RAILS, NOW)
+    assert d.action is Action.RELAYOUT and d.reason == "CheaperLayout"
+    # One replica's worth for an hour does not pay for restarting twelve, priced or not (with no hysteresis
+    # share to hold it first); the message says so in GPU-hours.
+    d = decide(plan(free, fresh(3.0), NOW), PlannerState(applied=Layout(4, 7, 12)), fresh(3.0),
+               replace(RAILS, hysteresis=0.0), NOW)
+    assert d.action is Action.HOLD and d.reason == "RelayoutNotWorthIt"
+    assert "GPU-h" in d.message and "$" not in d.message
+
+
 def test_small_changes_fall_within_hysteresis():
     p, _ = run(6.0, PlannerState())
     assert p.layout is not None

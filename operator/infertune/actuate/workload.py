@@ -101,7 +101,7 @@ def _resources(spec: InferenceDeploymentSpec, gpus: int) -> Obj:
 def _container(spec: InferenceDeploymentSpec, layout: Layout, gpus: int, args: list[str],
                command: list[str], serving: bool = True) -> Obj:
     container: Obj = {
-        "name": "engine", "image": spec.engine.image, "command": command, "args": args,
+        "name": "engine", "image": spec.engine.container_image, "command": command, "args": args,
         "ports": [{"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"}],
         "env": [{"name": e.name, "value": e.value} for e in spec.engine.env],
         "resources": _resources(spec, gpus),

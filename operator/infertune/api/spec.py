@@ -216,6 +216,11 @@ class Resources(ApiModel):
         "Resource name to quantity. An nvidia.com/gpu entry is replaced by the GPUs of each pod."))
 
 
+# The image kind vllm runs when the resource names none; a vLLM image would crash-loop under SGLang's command.
+VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+_SGLANG_NEEDS_AN_IMAGE = f"kind sglang needs an image: the default, {VLLM_IMAGE}, runs vLLM"
+
+
 def _owned_flag_rule(kind: str) -> str:
     return (f"self.kind != '{kind}' || !has(self.extraArgs) || "
             f"!self.extraArgs.exists(a, a.matches('{_owned_flag_regex(kind)}'))")
@@ -230,14 +235,15 @@ class Engine(ApiModel):
              + ", ".join(OWNED_ARGS["vllm"]), ".extraArgs"),
         rule(_owned_flag_rule("sglang"), "extraArgs must not set flags the operator owns: "
              + ", ".join(OWNED_ARGS["sglang"]), ".extraArgs"),
+        rule("self.kind != 'sglang' || has(self.image)", _SGLANG_NEEDS_AN_IMAGE, ".image"),
     ]})
 
     kind: EngineKind = Field(default="vllm", description=(
         "The engine the image runs, vllm or sglang: the operator renders that engine's command and flags. "
         "Default vllm."))
-    image: str = Field(default="vllm/vllm-openai:v0.11.0", min_length=1, description=(
-        "The engine container's image. The default is a vLLM image whatever kind says: with kind sglang, set "
-        "an SGLang image."))
+    image: str | None = Field(default=None, min_length=1, description=(
+        f"The engine container's image. Default {VLLM_IMAGE} for kind vllm; kind sglang needs one set, since "
+        "there is no default SGLang image the operator could vouch for."))
     extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=128, description="Passed through after the operator's flags.")
     env: list[EnvVar] = Field(default_factory=list, max_length=128, description=(
@@ -254,6 +260,17 @@ class Engine(ApiModel):
         "Share of each GPU's memory the engine may take for weights and KV cache, percent 10-99 (vLLM "
         "--gpu-memory-utilization, SGLang --mem-fraction-static). Default 90. The planner's estimate of the KV "
         "capacity assumes 90 whatever is set here."))
+
+    @property
+    def container_image(self) -> str:
+        """The image the engine pods run."""
+        return self.image or VLLM_IMAGE
+
+    @model_validator(mode="after")
+    def _an_image_for_sglang(self) -> Engine:
+        if self.kind == "sglang" and self.image is None:
+            raise ValueError(f"spec.engine.image: {_SGLANG_NEEDS_AN_IMAGE}")
+        return self
 
     @model_validator(mode="after")
     def _no_owned_flags(self) -> Engine:
@@ -297,7 +314,7 @@ class Hardware(ApiModel):
         "Unset: no limit but spec.tuning.replicas.max."))
     price_per_gpu_hour: Decimal | None = Field(default=None, description=(
         "USD, e.g. '6' or '5.50'. Default: the catalog's price for the GPU. It scales the costs reported; no "
-        "choice depends on it, except that at '0' no re-layout for cost ever pays back its rollout."))
+        "choice depends on it (every GPU of the pool costs the same), and at '0' costs are reported in GPU-hours."))
 
 
 class WorkloadHints(ApiModel):
@@ -377,9 +394,8 @@ class ReplicaRange(ApiModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_range_rule("replicas")]})
 
     min: int | None = Field(default=None, ge=0, le=1024, description=(
-        "Default 1. 0 does not scale to zero: the operator starts one replica and never removes the last, "
-        "and with no traffic at all the plan finds no layout, so the running replicas are held "
-        "(NoFeasibleLayout)."))
+        "Default 1. 0 is read as 1, not as scale to zero: a running replica is what the demand is measured "
+        "on, so the operator keeps one, and with no traffic at all it scales down to it."))
     max: int | None = Field(default=None, ge=1, le=1024, description="Default 64, or min when that is larger.")
 
     @model_validator(mode="after")

@@ -328,14 +328,24 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
         return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
                      f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} needs "
                      f"{ctx.proposed.gpus} GPUs against {baseline.gpus}: {saved}")
-    saving = (baseline.gpus - ctx.proposed.gpus) * price_per_gpu_second * ctx.rails.relayout_horizon_s
-    restart = ctx.rollout.extra_gpu_seconds * price_per_gpu_second
+    # Weighed in GPU-seconds: every GPU of the pool costs the same, so the price only names the figures (and
+    # a price of 0, an on-premises pool's, would otherwise hold every move for cost as saving $0).
+    saving = (baseline.gpus - ctx.proposed.gpus) * ctx.rails.relayout_horizon_s
+    restart = ctx.rollout.extra_gpu_seconds
     if saving <= restart:
         return _hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
-                     f"saves ${saving:.2f} over {ctx.rails.relayout_horizon_s:.0f} s; the rollout costs "
-                     f"${restart:.2f} ({ctx.rollout.describe()})")
+                     f"saves {_priced(saving, price_per_gpu_second)} over {ctx.rails.relayout_horizon_s:.0f} s; "
+                     f"the rollout costs {_priced(restart, price_per_gpu_second)} ({ctx.rollout.describe()})")
     return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
-               f"saves ${saving:.2f}, the rollout costs ${restart:.2f}")
+               f"saves {_priced(saving, price_per_gpu_second)}, the rollout costs "
+               f"{_priced(restart, price_per_gpu_second)}")
+
+
+def _priced(gpu_seconds: float, price_per_gpu_second: float) -> str:
+    """GPU time in dollars, or in GPU-hours where the pool has no price."""
+    if price_per_gpu_second > 0:
+        return f"${gpu_seconds * price_per_gpu_second:.2f}"
+    return f"{gpu_seconds / 3600.0:.1f} GPU-h"
 
 
 def check_hysteresis(ctx: _Context) -> Check:

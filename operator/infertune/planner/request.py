@@ -203,7 +203,9 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
         concurrency_min=(conc.min if conc and conc.min else 1),
         # A default bound never contradicts a bound the spec gives (min 300 alone: max 300, not 256).
         concurrency_max=(conc.max if conc and conc.max else max(256, conc.min or 1 if conc else 1)),
-        replicas_min=(reps.min if reps and reps.min is not None else 1),
+        # min 0 is read as 1: without a running replica there is no metric to learn the demand from, so
+        # the last is never removed (and a plan for no traffic is one replica, not none).
+        replicas_min=max(reps.min if reps and reps.min is not None else 1, 1),
         replicas_max=(reps.max if reps and reps.max else max(64, reps.min or 1 if reps else 1)),
         pool_gpus=hw.pool_gpus,
         kv_headroom=headroom / 100,
@@ -237,8 +239,7 @@ def starting_layout(resolved: Resolved, now: float) -> tuple[Layout, Plan]:
     req = resolved.request
     if first.layout is not None:
         return pinned(first.layout, resolved.spec), first
-    # At least one replica even with min 0: without a running replica there are no metrics to learn from.
-    floor = max(req.replicas_min, 1)
+    floor = req.replicas_min
     if first.choice is not None:
         return pinned(Layout(first.choice.tp, first.choice.max_num_seqs, floor), resolved.spec), first
     if first.closest is not None:
