@@ -95,6 +95,20 @@ def test_min_zero_replicas_scales_an_idle_deployment_down_to_one_not_holds_it() 
     assert planned.feasible and planned.layout is not None and planned.layout.replicas == 1
 
 
+def test_the_planner_sizes_the_kv_cache_on_the_memory_share_the_engine_is_given() -> None:
+    """gpuMemoryUtilizationPercent went to the engine's flag only: the planner judged the KV line on 90%
+    whatever the pods ran with, so at 70% it planned streams into KV the engine did not have."""
+    engine = _spec()["engine"]
+    shares = {}
+    for percent in (90, 70):
+        req = resolve(parse_spec(_spec(engine={**engine, "gpuMemoryUtilizationPercent": percent}))).request
+        assert req.capacity.gpu_memory_utilization == percent / 100
+        planned = plan(req, None, 0.0)
+        shares[percent] = {(c.tp, c.max_num_seqs): c.kv_working_set_fraction for c in planned.table.rows()}
+    same = shares[90].keys() & shares[70].keys()
+    assert same and all(shares[70][k] > shares[90][k] for k in same)
+
+
 def test_an_unknown_gpu_is_a_spec_error_naming_the_field() -> None:
     with pytest.raises(SpecError, match=r"^spec.hardware.gpu: unknown GPU 'a100'"):
         resolve(parse_spec(_spec(hardware={"gpu": "a100"})))

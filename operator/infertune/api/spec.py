@@ -258,8 +258,8 @@ class Engine(ApiModel):
         "the least time between re-layouts; the startup probe allows it plus 60 s. Default 600."))
     gpu_memory_utilization_percent: int = Field(default=90, ge=10, le=99, description=(
         "Share of each GPU's memory the engine may take for weights and KV cache, percent 10-99 (vLLM "
-        "--gpu-memory-utilization, SGLang --mem-fraction-static). Default 90. The planner's estimate of the KV "
-        "capacity assumes 90 whatever is set here."))
+        "--gpu-memory-utilization, SGLang --mem-fraction-static). Default 90. The planner sizes the KV cache, and "
+        "judges the KV line, on the same share."))
 
     @property
     def container_image(self) -> str:

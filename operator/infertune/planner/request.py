@@ -15,6 +15,7 @@ from infertune.api.quantities import parse_decimal, parse_duration
 from infertune.api.spec import Architecture, InferenceDeploymentSpec
 from infertune.errors import SpecError
 from infertune.model import (
+    CapacityAssumptions,
     CatalogError,
     GpuSpec,
     ModelProfile,
@@ -216,6 +217,8 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
         demand_rps=None if demand is None else parse_decimal(
             demand, "spec.workload.expectedRequestsPerSecond"),
         guardrails=_guardrails(spec),
+        # The KV the engine gets is what its flag leaves after the weights: plan on the flag the pods run.
+        capacity=CapacityAssumptions(gpu_memory_utilization=spec.engine.gpu_memory_utilization_percent / 100),
     )
 
 
