@@ -75,6 +75,9 @@ def test_explain_shows_the_demand_sized_for_the_headroom_cost_and_the_rollout() 
     assert "burst headroom 15% holds 4 GPU(s): 4 GPU-hours an hour, 96 a day" in out
     assert "the recent bursts are held to their p98 (spec.tuning.burstPercentile)" in out
     assert "re-layout:    rolls out in" in out and "wave(s)" in out
+    # The policy's 5m window is raised to the example's 15-minute load, and explain says so.
+    assert ("scale-down:   waits until 15m of recommendations ask for fewer (spec.tuning.cooldowns."
+            "scaleDownStabilization 5m is raised to the 15m model load") in out
 
 
 def test_explain_says_a_start_on_the_napkin_alone_was_sized_on_a_slower_pass() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from infertune.api.policy import parse_policy
+from infertune.api.quantities import format_duration
 from infertune.api.spec import API_VERSION, KIND, parse_spec
 from infertune.commands._inputs import cluster_client, number
 from infertune.commands.render import resolve_file
@@ -21,7 +22,7 @@ from infertune.model.perf import unmeasured_pass_factor
 from infertune.planner import Candidate, Plan, plan
 from infertune.planner.request import Resolved, resolve
 from infertune.planner.rollout import plan_rollout
-from infertune.planner.types import Layout
+from infertune.planner.types import Layout, stabilization_window
 
 
 def register(sub: Any) -> None:
@@ -138,6 +139,7 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
     lines.append(f"headroom:     burst headroom {headroom}% holds {gpus} GPU(s): {gpus} GPU-hours an hour, "
                  f"{24 * gpus} a day (spec.tuning.burstHeadroomPercent); the recent bursts are held to their "
                  f"{percentile} (spec.tuning.burstPercentile)")
+    lines.append(_scale_down_line(resolved))
     target = the_plan.layout
     if current is not None and target is not None and not current.same_shape(target):
         rollout = plan_rollout(current, target, None, resolved.request.pool_gpus,
@@ -146,6 +148,20 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
                                          f"does not fit the pool's {resolved.request.pool_gpus} GPUs beside the "
                                          f"pods that run, even one new pod at a time"))
     return lines
+
+
+def _scale_down_line(resolved: Resolved) -> str:
+    """When replicas go: the stabilisation window the guardrails use, which a configured window shorter
+    than a model load does not shorten, and the cooldown after any scale change."""
+    rails = resolved.request.guardrails
+    window = stabilization_window(rails)
+    why = ("the highest count recommended within it is kept" if window <= rails.scale_down_stabilization_s else
+           f"spec.tuning.cooldowns.scaleDownStabilization {format_duration(rails.scale_down_stabilization_s)} is "
+           f"raised to the {format_duration(rails.model_load_seconds)} model load: a replica released on a dip "
+           f"takes that long to come back")
+    return (f"scale-down:   waits until {format_duration(window)} of recommendations ask for fewer ({why}), and "
+            f"{format_duration(rails.scale_down_cooldown_s)} after the last scale change "
+            f"(spec.tuning.cooldowns.scaleDown)")
 
 
 def handle(args: argparse.Namespace) -> int:
