@@ -186,12 +186,13 @@ def test_plan_answers_any_flags_without_a_traceback(capsys: pytest.CaptureFixtur
 
 def test_samples_no_fit_can_be_solved_from_are_one_line_not_a_bug(capsys: pytest.CaptureFixture[str],
                                                                   tmp_path: Path) -> None:
-    """Found by the fuzzing: a pass of 1e-97 ms left the physics fit a singular system (LinAlgError)."""
+    """Found by the fuzzing: a pass of 1e-97 ms left the physics fit a singular system (LinAlgError). Such
+    a pass is now refused at its line, as no pass is shorter than 10 µs."""
     csv = tmp_path / "samples.csv"
     csv.write_text("batch,per_pass_ms\n1,6.85\n1,6.85\n1,1.8100864249840522e-97\n")
     code, _, err = run(capsys, "fit", "--samples", str(csv), "--model", "kimi-k2.6", "--tp", "8",
                        "--context-tokens", "8000")
-    assert code == 2 and one_line(err) and "singular" in err
+    assert code == 2 and one_line(err) and "line 4" in err
 
 
 EXAMPLE_RESOURCE = str(Path(__file__).resolve().parents[2] / "examples" / "kimi-k2.6-b200.yaml")

@@ -105,6 +105,12 @@ def finite(value: Any) -> Any:
     return value
 
 
+def cell(value: float, spec: str) -> str:
+    """A figure for a table or a sentence: "-" where there is none (NaN, or the infinity of a ratio
+    to a KV pool of zero), never "nan" or "inf%"."""
+    return format(value, spec) if math.isfinite(value) else "-"
+
+
 def dump_json(value: Any) -> str:
     """JSON that any parser reads: a figure that is not finite is null, never NaN or Infinity."""
     return json.dumps(finite(value), indent=2, allow_nan=False)
@@ -137,19 +143,28 @@ def resolve_model(value: str) -> ModelProfile:
     return load_model(value)
 
 
-def parse_int_list(value: str, flag: str) -> tuple[int, ...]:
+def parse_int_list(value: str, flag: str, high: int | None = None) -> tuple[int, ...]:
+    """Comma-separated positive integers, each at most `high` when given (a batch of 10**30 streams
+    is a typo, and one past a float's range would fail deep in the arithmetic)."""
     try:
         items = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
         raise UserError(f"{flag}: expected comma-separated integers, got {value!r}") from None
     if not items or any(v <= 0 for v in items):
         raise UserError(f"{flag}: expected positive integers, got {value!r}")
+    if high is not None and max(items) > high:
+        biggest = str(max(items))  # as digits: an int past a float's range cannot be formatted as one
+        shown = biggest if len(biggest) <= 20 else f"a {len(biggest)}-digit number"
+        raise UserError(f"{flag}: expected integers of at most {high:,}, got {shown}")
     return items
 
 
-# What a load test can measure: no replica runs more streams than this, no pass takes a minute, no
-# context is longer than ten million tokens.
+# What a load test can measure: no replica runs more streams than this, no pass takes a minute or
+# less than 10 µs (a forward pass is dozens of kernels, each launch a few µs; a smaller figure is a
+# unit slip, and one near zero turns every rate derived from it into infinity), no context is longer
+# than ten million tokens.
 SAMPLE_BATCH_MAX = 100_000
+SAMPLE_PASS_MS_MIN = 0.01
 SAMPLE_PASS_MS_MAX = 60_000
 SAMPLE_CONTEXT_MAX = 10_000_000
 
@@ -175,10 +190,11 @@ def read_samples(path: str) -> Samples:
             except ValueError:
                 raise UserError(f"{path}: line {line}: not a number in {row}") from None
             if not all(math.isfinite(v) for v in (batch, per_pass, context)) or not (
-                    0 < batch <= SAMPLE_BATCH_MAX and 0 < per_pass <= SAMPLE_PASS_MS_MAX
+                    0 < batch <= SAMPLE_BATCH_MAX and SAMPLE_PASS_MS_MIN <= per_pass <= SAMPLE_PASS_MS_MAX
                     and 0 <= context <= SAMPLE_CONTEXT_MAX):
                 raise UserError(f"{path}: line {line}: batch must be in (0, {SAMPLE_BATCH_MAX:,}], per_pass_ms in "
-                                f"(0, {SAMPLE_PASS_MS_MAX:,}] and context_tokens in [0, {SAMPLE_CONTEXT_MAX:,}], "
+                                f"[{SAMPLE_PASS_MS_MIN:g}, {SAMPLE_PASS_MS_MAX:,}] and context_tokens in "
+                                f"[0, {SAMPLE_CONTEXT_MAX:,}], "
                                 f"got {row}")
             batches.append(batch)
             seconds.append(per_pass / 1e3)

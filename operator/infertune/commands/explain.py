@@ -4,6 +4,7 @@ current against the recommended layout, the predictions, and why the other layou
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,7 +15,7 @@ import numpy as np
 from infertune.api.policy import parse_policy
 from infertune.api.quantities import format_duration
 from infertune.api.spec import API_VERSION, KIND, parse_spec
-from infertune.commands._inputs import cluster_client, number
+from infertune.commands._inputs import cell, cluster_client, number
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
 from infertune.errors import UserError
@@ -80,17 +81,22 @@ def pass_interval(c: Candidate) -> str:
     return text
 
 
+def _kv_share(fraction: float) -> str:
+    # Not finite when the weights leave no HBM for KV: a share of nothing is no figure at all.
+    return f"KV working set {fraction:.0%} of capacity" if math.isfinite(fraction) else "no KV capacity left"
+
+
 def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Plan, top: int) -> str:
     current = layout_of(status.get("applied"))
     lines = [f"current:      {_layout(current)}", f"recommended:  {_layout(the_plan.layout)}",
              f"why:          {the_plan.reason}"]
     choice = the_plan.choice or the_plan.closest
     if choice is not None:
-        lines.append(f"predictions:  {choice.per_stream_tps:.1f} tok/s per stream, "
-                     f"TTFT {choice.ttft_seconds:.2f} s, "
-                     f"KV working set {choice.kv_working_set_fraction:.0%} of capacity (cliff at "
-                     f"{choice.cliff_concurrency:.0f} streams), ${choice.cost_per_million_tokens:.3f}/M tokens, "
-                     f"region {choice.region.value}")
+        lines.append(f"predictions:  {cell(choice.per_stream_tps, '.1f')} tok/s per stream, "
+                     f"TTFT {cell(choice.ttft_seconds, '.2f')} s, "
+                     f"{_kv_share(choice.kv_working_set_fraction)} (cliff at "
+                     f"{cell(choice.cliff_concurrency, '.0f')} streams), "
+                     f"${cell(choice.cost_per_million_tokens, '.3f')}/M tokens, region {choice.region.value}")
         lines.append(f"per pass:     {pass_interval(choice)}")
     lines += _sizing_lines(resolved, status, the_plan, current)
     last = status.get("recommendation") or {}

@@ -8,13 +8,23 @@ with its interval and whether the samples cover it ("fit") or the fit extrapolat
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from infertune.commands._inputs import Samples, check_tp, dump_json, number, parse_int_list, read_samples, resolve_model
+from infertune.commands._inputs import (
+    SAMPLE_BATCH_MAX,
+    Samples,
+    check_tp,
+    dump_json,
+    number,
+    parse_int_list,
+    read_samples,
+    resolve_model,
+)
 from infertune.errors import UserError
 from infertune.model import FitError, fit_per_pass, load_gpu
 from infertune.model.passfit import PassFit, fit_pass
@@ -37,7 +47,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     samples = read_samples(args.samples)
-    batches = parse_int_list(args.predict, "--predict")
+    batches = parse_int_list(args.predict, "--predict", high=SAMPLE_BATCH_MAX)
     if args.model is None:
         return _line(args, samples, batches)
     return _physics(args, samples, batches)
@@ -51,6 +61,7 @@ def _line(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) 
     predictions = [
         {"batch": b, "per_pass_ms": fit.per_pass(b) * 1e3, "per_stream_tps": 1.0 / fit.per_pass(b)} for b in batches
     ]
+    _physical(args.samples, [(p["batch"], p["per_pass_ms"]) for p in predictions])
     result = {
         "intercept_ms": fit.intercept_s * 1e3, "slope_ms": fit.slope_s * 1e3, "r2": fit.r2,
         "samples": fit.samples, "predictions": predictions,
@@ -68,6 +79,15 @@ def _line(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) 
                       f"{p['per_stream_tps'] * p['batch']:.0f}")
     console.print(table)
     return 0
+
+
+def _physical(path: str, predictions: list[tuple[float, float]]) -> None:
+    """A fit that predicts a pass of no time, or of less than none, is not one: samples whose pass time
+    falls as the batch grows extrapolate a line below zero, and tok/s would be negative or infinite."""
+    for batch, per_pass_ms in predictions:
+        if not (math.isfinite(per_pass_ms) and per_pass_ms > 0):
+            raise UserError(f"{path}: the fit predicts a pass of {per_pass_ms:.3g} ms at batch {batch:g}, which no "
+                            "engine runs; check that per_pass_ms grows with batch (columns batch,per_pass_ms)")
 
 
 def _contexts(args: argparse.Namespace, samples: Samples) -> tuple[list[float], float]:
@@ -93,6 +113,7 @@ def _physics(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...
     except FitError as exc:
         raise UserError(f"{args.samples}: {exc}") from None
     result = physics_json(fit, model, gpu, batches, at)
+    _physical(args.samples, [(p["batch"], p["per_pass_ms"]) for p in result["predictions"]])
     if args.output == "json":
         print(dump_json(result))
         return 0

@@ -13,6 +13,8 @@ from rich.table import Table
 
 from infertune.api.spec import CONCURRENCY_MAX
 from infertune.commands._inputs import (
+    SAMPLE_PASS_MS_MIN,
+    cell,
     check_tp,
     dump_json,
     number,
@@ -101,9 +103,9 @@ def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
             a_ms, b_ms = (float(v) for v in args.fit.split(","))
         except ValueError:
             raise UserError(f"--fit: expected INTERCEPT_MS,SLOPE_MS, got {args.fit!r}") from None
-        if not (0 < a_ms < 1e5 and 0 <= b_ms < 1e5):
-            raise UserError(f"--fit: the intercept must be a positive and the slope a non-negative number of ms, "
-                            f"got {args.fit!r}")
+        if not (SAMPLE_PASS_MS_MIN <= a_ms < 1e5 and 0 <= b_ms < 1e5):
+            raise UserError(f"--fit: the intercept must be at least {SAMPLE_PASS_MS_MIN:g} ms (no pass is shorter) "
+                            f"and the slope a non-negative number of ms, got {args.fit!r}")
         return {args.fit_tp: LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, float(args.max_concurrency))}
     if args.samples:
         # The planner fits the napkin's terms to them (model/passfit.py); a row without context_tokens
@@ -112,6 +114,14 @@ def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
         contexts = samples.context_tokens or (0.0,) * len(samples.batches)
         return {args.fit_tp: SampleSet(samples.batches, samples.seconds, contexts, (1.0,) * len(samples.batches))}
     return {}
+
+
+def _check_fit_tp(args: argparse.Namespace, request: PlanRequest) -> PlanRequest:
+    """A fit measured at a TP the plan does not consider would be dropped without a word."""
+    if (args.fit or args.samples) and args.fit_tp not in request.tp_sizes:
+        raise UserError(f"--fit-tp: {args.fit_tp} is not one of the TP sizes planned "
+                        f"({', '.join(str(t) for t in request.tp_sizes)}), so the fit would be ignored")
+    return request
 
 
 def _flag(dest: str) -> str:
@@ -127,19 +137,19 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
         _, resolved = resolve_file(args)
         request = resolved.request
         demand = request.demand_rps if args.demand_rps is None else args.demand_rps
-        return replace(request, demand_rps=demand, fits={**request.fits, **_fits(args)})
+        return _check_fit_tp(args, replace(request, demand_rps=demand, fits={**request.fits, **_fits(args)}))
     for dest in ("policy", "config_json"):
         if getattr(args, dest) is not None:
             raise UserError(f"{_flag(dest)}: goes with -f FILE (the resource whose policyRef or configMapRef it "
                             "stands for)")
     model, tp_sizes = resolve_model(args.model), parse_int_list(args.tp, "--tp")
     check_tp(model, tp_sizes, "--tp")
-    return PlanRequest(
+    return _check_fit_tp(args, PlanRequest(
         model=model, gpu=load_gpu(args.gpu), workload=_workload(args),
         slo=SloTarget(args.min_stream_tps, args.max_ttft), tp_sizes=tp_sizes,
         concurrency_max=args.max_concurrency, pool_gpus=args.pool_gpus, kv_headroom=args.kv_headroom,
         price_per_gpu_hour=args.price_per_gpu_hour, demand_rps=args.demand_rps, fits=_fits(args),
-    )
+    ))
 
 
 def _finite(x: float) -> float | None:
@@ -209,8 +219,8 @@ def _print_table(result: Plan, show_all: bool) -> None:
         if not (show_all or c.max_num_seqs in SHOWN_CONCURRENCY or key == chosen):
             continue
         style = "bold green" if key == chosen else ("" if c.feasible else "dim")
-        table.add_row(str(c.tp), str(c.max_num_seqs), f"{c.per_stream_tps:.1f}", f"{c.ttft_seconds:.2f}",
-                      f"{c.kv_working_set_fraction:.0%}", c.region.value, f"{c.cost_per_million_tokens:.3f}",
+        table.add_row(str(c.tp), str(c.max_num_seqs), cell(c.per_stream_tps, ".1f"), cell(c.ttft_seconds, ".2f"),
+                      cell(c.kv_working_set_fraction, ".0%"), c.region.value, cell(c.cost_per_million_tokens, ".3f"),
                       ("CHOSEN" if key == chosen else c.reason.split(":")[0]), style=style)
     console.print(table)
     if serves(result) and result.layout is not None:
