@@ -25,7 +25,8 @@ def test_malformed_trace_is_one_error_naming_the_line_and_nothing_is_written(
 def test_missing_trace_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["bench", "--trace", str(tmp_path / "nope.csv")])
     assert code == 2
-    assert "nope.csv: no such file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no such file" in err and "nope.csv" in err
 
 
 def test_rate_multiplier_needs_a_trace(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ from infertune.errors import UserError
 from infertune_lab.bench.cases import NAMES, RANDOM
 from infertune_lab.bench.report import document, text, write
 from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
+from infertune_lab.sim.trace import load_trace
 
 MAX_VIRTUAL_SECONDS = 30 * 86_400.0  # a month of traffic; more is a typo, and NaN would never end
 
@@ -70,8 +71,8 @@ def _scenarios(args: argparse.Namespace) -> list[str]:
 
 def handle(args: argparse.Namespace) -> int:
     writable_dir("--report", args.report)
-    if args.trace is not None and not args.trace.is_file():
-        raise FileNotFoundError(f"--trace {args.trace}: no such file")
+    if args.trace is not None:
+        load_trace(args.trace)  # read and checked whole now: a directory or a bad row is named before any run
     options = Options(seed=args.seed, pool_gpus=args.pool_gpus, startup_seconds=args.startup_seconds,
                       duration=args.duration, trace=args.trace, rate_multiplier=args.rate_multiplier,
                       policies=args.policies, processes=max(1, args.processes), frontier=args.frontier)

@@ -22,6 +22,12 @@ from infertune.textfile import read_text
 from infertune_lab.sim.records import RequestRecord, RequestSpec
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+# No model attends over ten million tokens (the planner's and the samples' limit too); a bigger count
+# is a corrupt row, and past a float's range it would fail deep in the arithmetic.
+TOKENS_MAX = 10_000_000
+# A trace is a log of days, not decades: a wider span is a stray value or a mix of units, and one that
+# overflows to infinity would leave its last rows never arriving.
+SPAN_MAX_SECONDS = 365 * 86_400.0
 
 
 class TraceError(UserError):
@@ -55,6 +61,8 @@ def _count(raw: str, column: str, where: str) -> int:
         raise TraceError(f"{where}: {column} {raw!r} is not an integer") from None
     if value < 0:
         raise TraceError(f"{where}: {column} is negative ({value})")
+    if value > TOKENS_MAX:
+        raise TraceError(f"{where}: {column} {raw.strip()[:20]!r} is more than {TOKENS_MAX:,} tokens")
     return value
 
 
@@ -75,7 +83,7 @@ def load_trace(path: str | Path) -> list[TraceRow]:
         if missing:
             raise TraceError(f"{p}:1: missing column(s) {', '.join(missing)} (header: {','.join(names)[:200]!r})")
         idx = [names.index(c) for c in COLUMNS]
-        stamps: list[tuple[float, int, int]] = []
+        stamps: list[tuple[float, int, int, int]] = []
         for line_no, row in enumerate(reader, start=2):
             if not row or all(not cell.strip() for cell in row):
                 continue
@@ -91,13 +99,21 @@ def load_trace(path: str | Path) -> list[TraceRow]:
                 raise TraceError(f"{where}: TIMESTAMP {row[idx[0]]!r} is not finite")
             context = _count(row[idx[1]], "ContextTokens", where)
             generated = _count(row[idx[2]], "GeneratedTokens", where)
-            stamps.append((ts, context, generated))
+            stamps.append((ts, context, generated, line_no))
     if not stamps:
         raise TraceError(f"{p}: no requests after the header")
     # Merged logs are not always in order; replay is by time.
     stamps.sort(key=lambda s: s[0])
+    _check_span(p, stamps[0], stamps[-1])
     first = stamps[0][0]
-    return [TraceRow(ts - first, context, generated) for ts, context, generated in stamps]
+    return [TraceRow(ts - first, context, generated) for ts, context, generated, _ in stamps]
+
+
+def _check_span(path: Path, first: tuple[float, int, int, int], last: tuple[float, int, int, int]) -> None:
+    span = last[0] - first[0]
+    if not span <= SPAN_MAX_SECONDS:  # also an overflow to infinity
+        raise TraceError(f"{path}: the requests span {span:.3g} s from line {first[3]} to line {last[3]}, more "
+                         f"than a year ({SPAN_MAX_SECONDS:.0f} s): a stray timestamp, or seconds mixed with dates")
 
 
 def window(rows: Sequence[TraceRow], start: float = 0.0, duration: float | None = None) -> list[TraceRow]:
