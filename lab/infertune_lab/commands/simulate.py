@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from infertune.api.spec import CONCURRENCY_MAX
-from infertune.commands._inputs import dump_json, number, parse_int_list, writable_file
+from infertune.commands._inputs import SAMPLE_PASS_MS_MIN, dump_json, number, parse_int_list, writable_file
 from infertune.errors import UserError
 from infertune.model import LinearFit, Workload
 from infertune_lab.sim import (
@@ -68,8 +68,9 @@ def _replica(args: argparse.Namespace) -> ReplicaConfig:
             a_ms, b_ms = (float(x) for x in args.fit.split(","))
         except ValueError:
             raise UserError(f"--fit: expected A_MS,B_MS such as 5.2,1.65, got {args.fit!r}") from None
-        if not (0 <= a_ms < 1e5 and 0 < b_ms < 1e5):
-            raise UserError(f"--fit: the intercept must be >= 0 and the slope > 0 ms, got {args.fit!r}")
+        if not (0 <= a_ms < 1e5 and 0 < b_ms < 1e5) or a_ms + b_ms < SAMPLE_PASS_MS_MIN:
+            raise UserError(f"--fit: the intercept must be >= 0 and the slope > 0 ms, and a pass of one stream "
+                            f"(their sum) at least {SAMPLE_PASS_MS_MIN:g} ms, got {args.fit!r}")
         fits[args.tp] = LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, 64.0)
     config = ReplicaConfig(
         model=args.model, gpu=args.gpu, tp=args.tp, max_num_seqs=args.max_num_seqs,
@@ -171,6 +172,9 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     writable_file("--targets-file", args.targets_file)
+    if args.port and args.port + args.replicas - 1 > 65535:  # replica i listens on PORT+i
+        raise UserError(f"--port: {args.replicas} replicas from port {args.port} run past 65535; choose a lower "
+                        "port, or 0 for any")
     config = _replica(args)
     rng = random.Random(args.seed)
     traffic = OpenSessions(shape(args.workload), arrivals(args.arrivals, args.rate, rng), seed=args.seed)

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from infertune.actuate.workload import Owner, desired_objects
-from infertune.api.policy import ServingPolicySpec, parse_policy
+from infertune.api.policy import POLICY_KIND, ServingPolicySpec, parse_policy
 from infertune.api.spec import API_VERSION, CONCURRENCY_MAX, KIND, InferenceDeploymentSpec, parse_spec
 from infertune.commands._inputs import number
 from infertune.errors import UserError
@@ -28,6 +28,8 @@ def _yaml_documents(path: Path, flag: str) -> list[Any]:
         return [d for d in yaml.safe_load_all(text) if d]
     except yaml.YAMLError as exc:
         raise UserError(f"{flag}: {path}: not YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:  # the YAML reader recurses once per level of nesting
+        raise UserError(f"{flag}: {path}: nested too deeply to be a resource") from None
 
 
 def load_resource(path: Path) -> dict[str, Any]:
@@ -49,6 +51,9 @@ def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPoli
     docs = _yaml_documents(candidate, flag)
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise UserError(f"{flag}: {candidate}: expected one ServingPolicy document (a mapping with a spec)")
+    kind = docs[0].get("kind", POLICY_KIND)
+    if kind != POLICY_KIND:  # another resource's spec would be read as a policy's, all defaults
+        raise UserError(f"{flag}: {candidate} is a {kind}, not a {POLICY_KIND}")
     return parse_policy(docs[0].get("spec"))
 
 

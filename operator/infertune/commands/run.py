@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import math
 import os
 import re
 import sys
@@ -31,6 +30,10 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# The timer and the poll: faster than ten a second would hammer the API server and Prometheus, slower
+# than once a day would never tune (NaN, compared with either, fails both).
+INTERVAL_MIN_SECONDS = 0.1
+INTERVAL_MAX_SECONDS = 86_400.0
 
 
 def register(sub: Any) -> None:
@@ -68,9 +71,9 @@ def register(sub: Any) -> None:
 
 def _checked(args: argparse.Namespace) -> None:
     """Every flag is checked before anything starts: one line naming the bad value, nothing changed."""
-    if not (args.cycle_seconds > 0 and args.poll_seconds > 0) or not all(
-            map(_finite, (args.cycle_seconds, args.poll_seconds))):
-        raise UserError("--cycle-seconds and --poll-seconds must be positive")
+    if not all(INTERVAL_MIN_SECONDS <= s <= INTERVAL_MAX_SECONDS for s in (args.cycle_seconds, args.poll_seconds)):
+        raise UserError(f"--cycle-seconds and --poll-seconds must be positive, from {INTERVAL_MIN_SECONDS:g} to "
+                        f"{INTERVAL_MAX_SECONDS:g} s, got {args.cycle_seconds:g} and {args.poll_seconds:g}")
     try:
         range_seconds(args.metrics_window)
     except ValueError as exc:
@@ -91,10 +94,6 @@ def _checked(args: argparse.Namespace) -> None:
             raise UserError(f"--prometheus-token-secret {args.prometheus_token_secret!r} is not a Secret name")
         if not _SECRET_KEY.fullmatch(args.prometheus_token_key):
             raise UserError(f"--prometheus-token-key {args.prometheus_token_key!r} is not a Secret key")
-
-
-def _finite(x: float) -> bool:
-    return math.isfinite(x)
 
 
 def own_namespace() -> str:
