@@ -1,0 +1,144 @@
+"""A sweep of hostile inputs through every command: each case here once ended in an internal error, a
+figure that is not one (nan, inf%, a negative pass), or input taken silently. Now each is refused in one
+line that says what is wrong (exit 2), or printed without a figure that is not finite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infertune.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "kimi-k2.6-b200.yaml"
+POLICY = ROOT / "policies" / "coding-agent.yaml"
+TRACE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own refusal
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(code: int, out: str, err: str, *says: str) -> bool:
+    """Exit 2, nothing on stdout, one line on stderr (no traceback, no warning) saying each of `says`."""
+    return (code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+            and "internal error" not in err and all(s in err for s in says))
+
+
+def write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+# --- fit ---------------------------------------------------------------------------------------------
+def test_a_batch_to_predict_past_any_replica_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """10**400 overflowed a float deep in the fit (an internal error); 10**22 printed a pass of 1e+23 ms."""
+    samples = write(tmp_path / "s.csv", "batch,per_pass_ms\n1,10\n2,11\n4,13\n8,17\n")
+    for huge in (str(10**400), str(10**22)):
+        code, out, err = run(capsys, "fit", "--samples", samples, "--predict", f"1,{huge}")
+        assert refused(code, out, err, "--predict", "at most 100,000"), err
+
+
+def test_samples_whose_line_falls_below_zero_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Pass times that fall as the batch grows fitted a line predicting -104 ms and -9.6 tok/s at batch 64."""
+    samples = write(tmp_path / "falling.csv", "batch,per_pass_ms\n1,30\n2,20\n4,10\n8,5\n")
+    code, out, err = run(capsys, "fit", "--samples", samples)
+    assert refused(code, out, err, "falling.csv", "at batch 16", "per_pass_ms grows with batch"), err
+
+
+def test_a_pass_shorter_than_any_engine_runs_is_refused_at_its_line(capsys: pytest.CaptureFixture[str],
+                                                                     tmp_path: Path) -> None:
+    """1e-300 ms passes fitted every coefficient to zero: numpy warnings, then a ZeroDivisionError (the table)
+    or predictions of 0 ms (JSON, exit 0); `plan --samples` planned on infinite tok/s."""
+    samples = write(tmp_path / "tiny.csv", "batch,per_pass_ms\n1,1e-300\n2,1e-300\n4,2e-300\n")
+    for argv in (["fit", "--samples", samples, "--model", "llama-3.1-8b", "--tp", "1", "--context-tokens", "1000"],
+                 ["plan", "--model", "llama-3.1-8b", "--samples", samples, "--fit-tp", "1", "--output", "json"]):
+        code, out, err = run(capsys, *argv)
+        assert refused(code, out, err, "line 2", "per_pass_ms in [0.01"), err
+
+
+# --- plan and explain --------------------------------------------------------------------------------
+def test_the_plan_table_has_no_infinite_or_nan_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    """Where the weights leave no KV pool (Kimi at TP1, TP2) the KV column read "inf%"."""
+    code, out, _ = run(capsys, "plan")
+    assert code in (0, 1) and "TP" in out
+    assert "inf" not in out.replace("infeasible", "") and "nan" not in out
+
+
+def test_explain_of_a_layout_with_no_kv_pool_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    resource = write(tmp_path / "tp1.yaml", EXAMPLE.read_text().replace("[4, 8]", "[1]"))
+    code, out, err = run(capsys, "explain", "-f", resource, "--policy", str(POLICY))
+    assert code == 0, err
+    assert "inf%" not in out and "no KV capacity left" in out
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    # A 1e-300 ms intercept planned on NaN tok/s (numpy warnings, "nan" in the table).
+    (["plan", "--fit", "1e-300,0"], "--fit: the intercept must be at least 0.01 ms"),
+    # A fit measured at a TP the plan does not consider was dropped without a word.
+    (["plan", "--fit-tp", "3", "--fit", "5,1"], "--fit-tp: 3 is not one of the TP sizes planned (1, 2, 4, 8)"),
+    (["plan", "-f", str(EXAMPLE), "--policy", str(POLICY), "--fit-tp", "2", "--fit", "5,1"], "--fit-tp: 2"),
+    # The simulated replica's pass of 1e-300 ms printed "nan" throughout the sweep's table.
+    (["simulate", "sweep", "--fit", "0,1e-300", "--concurrency", "1"], "--fit: "),
+    # Replica i listens on PORT+i: the second replica's port 65536 was an OverflowError.
+    (["simulate", "serve", "--port", "65535", "--replicas", "2", "--duration", "1"], "--port: 2 replicas"),
+    # A timer of 1e-300 s (hammering the API server) or 1e300 s (never tuning) was taken.
+    (["run", "--cycle-seconds", "1e-300"], "--cycle-seconds and --poll-seconds must be positive, from 0.1"),
+    (["run", "--poll-seconds", "1e300"], "--cycle-seconds and --poll-seconds must be positive, from 0.1"),
+])
+def test_a_figure_outside_its_physical_range_is_refused(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                        says: str) -> None:
+    code, out, err = run(capsys, *argv)
+    assert refused(code, out, err, says), err
+
+
+# --- traces --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("rows", "says"), [
+    # 31 million years of replay: `bench` never finished.
+    ("0,100,10\n1e15,100,10\n", "the requests span 1e+15 s from line 2 to line 3"),
+    # The span overflowed to infinity: the last request never arrived, and the replay said completed 1 of 2.
+    ("-1e308,100,10\n1e308,100,10\n", "the requests span inf s"),
+    # Seconds and dates mixed: 1.7e9 s between them.
+    ("0,100,10\n2023-11-16 18:17:03.9799600,100,10\n", "from line 2 to line 3"),
+    # A prompt past any model's context; 10**400 tokens too.
+    ("0,1000000000000000,10\n", ":2: ContextTokens '1000000000000000' is more than 10,000,000 tokens"),
+    (f"0,100,{10**400}\n", ":2: GeneratedTokens"),
+])
+def test_a_trace_outside_its_physical_range_is_refused_naming_its_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, rows: str, says: str) -> None:
+    trace = write(tmp_path / "trace.csv", TRACE_HEADER + rows)
+    code, out, err = run(capsys, "simulate", "replay", "--trace", trace, "--output", "json")
+    assert refused(code, out, err, "trace.csv", says), err
+
+
+def test_bench_names_a_trace_that_is_a_directory_as_one(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """It said "no such file" of a directory that exists."""
+    code, out, err = run(capsys, "bench", "--trace", str(tmp_path), "--policies", "static", "--duration", "600")
+    assert refused(code, out, err, "--trace", "is a directory, not a file"), err
+
+
+# --- resources ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("nested", ["a: " + "{b: " * 3000 + "1" + "}" * 3000, "a: " + "[" * 5000 + "]" * 5000])
+def test_yaml_nested_past_any_resource_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                  nested: str) -> None:
+    """The YAML reader recursed once per level: a RecursionError (internal error) in render, plan, explain."""
+    resource = write(tmp_path / "deep.yaml", nested + "\n")
+    for command in ("render", "plan", "explain"):
+        code, out, err = run(capsys, command, "-f", resource)
+        assert refused(code, out, err, "--file", "deep.yaml", "nested too deeply"), err
+    code, out, err = run(capsys, "render", "-f", str(EXAMPLE), "--policy", resource)
+    assert refused(code, out, err, "--policy", "nested too deeply"), err
+
+
+def test_a_policy_file_holding_another_kind_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A ConfigMap given as --policy was read as a ServingPolicy of all defaults."""
+    config_map = write(tmp_path / "cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n")
+    for command in ("render", "explain", "plan"):
+        code, out, err = run(capsys, command, "-f", str(EXAMPLE), "--policy", config_map)
+        assert refused(code, out, err, "--policy", "is a ConfigMap, not a ServingPolicy"), err
