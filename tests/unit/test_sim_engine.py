@@ -168,6 +168,19 @@ def test_a_request_larger_than_the_pool_is_rejected_not_hung() -> None:
     assert engine.rejected and engine.idle
 
 
+def test_a_fleet_counts_a_request_larger_than_every_pool_once() -> None:
+    """The engine records the refusal and `add` says False: the fleet counted both, so a replay reported
+    rejected: 2 for one request too large for any replica (completed + rejected past the requests)."""
+    small = ReplicaConfig(model="llama-3.1-8b", gpu="h100", tp=1, workload="chat", num_gpu_blocks=200)
+    rows = [TraceRow(0.0, 100, 10), TraceRow(1.0, 9_000_000, 10), TraceRow(2.0, 100, 10)]
+    fleet = Fleet(TraceReplay(rows))
+    fleet.add_replica(small)
+    fleet.add_replica(small)
+    fleet.run_until(600.0)
+    assert len(fleet.records) == 2 and len(fleet.rejected) == 1
+    assert len(fleet.records) + len(fleet.rejected) == len(rows)
+
+
 def test_closed_loop_fleet_holds_its_concurrency() -> None:
     fleet = Fleet(ClosedLoop(shape("chat"), 12, seed=3), sample_interval=1.0)
     name = fleet.add_replica(ReplicaConfig(model="llama-3.1-8b", gpu="h100", tp=1, workload="chat"))

@@ -126,8 +126,8 @@ class Fleet:
             self.gateway.append(spec)
             return
         target = self._choose(spec, candidates)
-        if not target.engine.add(spec, at):
-            self.rejected.append(spec)
+        target.engine.add(spec, at)
+        self._take_rejected(target)
         self._queue(target)
 
     def _choose(self, spec: RequestSpec, candidates: list[Replica]) -> Replica:
@@ -261,8 +261,8 @@ class Fleet:
         engine, inbox = replica.engine, replica.inbox
         while inbox and (engine.idle or inbox[0][0] <= engine.clock):
             _, _, spec = heapq.heappop(inbox)
-            if not engine.add(spec, spec.arrival):
-                self.rejected.append(spec)
+            engine.add(spec, spec.arrival)
+        self._take_rejected(replica)
 
     def _advance(self, replica: Replica, limit: float) -> None:
         for record in replica.engine.advance(limit):
@@ -271,6 +271,12 @@ class Fleet:
                 self.traffic.on_finish(record)
             for hook in self.on_record:
                 hook(record)
+        self._take_rejected(replica)
+
+    def _take_rejected(self, replica: Replica) -> None:
+        """Moves the requests the engine refused into the fleet's count. The engine keeps every refusal
+        (one that can never fit its pool, and one it could not serve once queued), so the fleet counts
+        only what it takes from there: counting `add`'s False as well counted such a request twice."""
         if replica.engine.rejected:
             self.rejected.extend(replica.engine.rejected)
             replica.engine.rejected.clear()
