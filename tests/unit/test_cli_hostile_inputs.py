@@ -98,6 +98,20 @@ def test_a_figure_outside_its_physical_range_is_refused(capsys: pytest.CaptureFi
     assert refused(code, out, err, says), err
 
 
+# --- simulate ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["--num-gpu-blocks", "1", "--concurrency", "1", "--duration", "1", "--warmup", "0"],
+    ["--prompt-tokens", "10000000", "--output-tokens", "1", "--concurrency", "1,2", "--duration", "60",
+     "--warmup", "0"],
+])
+def test_a_sweep_level_where_nothing_finishes_prints_no_nan(capsys: pytest.CaptureFixture[str],
+                                                           argv: list[str]) -> None:
+    """Every request larger than the KV pool: the table read "nan", "nans" and "nan%" without a word why."""
+    code, out, err = run(capsys, "simulate", "sweep", *argv)
+    assert code == 0, err
+    assert "nan" not in out and "no request finished within the" in out, out
+
+
 # --- traces --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("rows", "says"), [
     # 31 million years of replay: `bench` never finished.

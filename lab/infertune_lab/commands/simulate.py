@@ -165,6 +165,11 @@ def run_sweep(args: argparse.Namespace) -> int:
         print(dump_json({"rows": [r.as_json() for r in rows]}))
     else:
         print(format_table(rows))
+        idle = [str(r.concurrency) for r in rows if r.requests == 0]
+        if idle:
+            print(f"no request finished within the {args.duration:g} s measured at "
+                  f"concurrenc{'y' if len(idle) == 1 else 'ies'} {', '.join(idle)} (a request takes longer than "
+                  "--duration, or needs more KV than the replica's pool holds)")
         if args.plot:
             print(f"plot written to {args.plot}")
     return 0
