@@ -156,3 +156,23 @@ def test_a_policy_file_holding_another_kind_is_refused(capsys: pytest.CaptureFix
     for command in ("render", "explain", "plan"):
         code, out, err = run(capsys, command, "-f", str(EXAMPLE), "--policy", config_map)
         assert refused(code, out, err, "--policy", "is a ConfigMap, not a ServingPolicy"), err
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("name", "[1, 2]", "metadata.name [1, 2] is not a name"),
+    ("name", "Kimi-K2", "metadata.name 'Kimi-K2'"),
+    ("name", "kimi-k2.6", "metadata.name 'kimi-k2.6'"),  # an object name, but no Service's
+    ("name", "kimé", "metadata.name 'kimé'"),
+    ("name", "k" * 64, "metadata.name 'kkkk"),
+    ("namespace", "Inference", "metadata.namespace 'Inference' is not a namespace name"),
+])
+def test_a_resource_name_the_api_server_would_refuse_is_refused(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path, field: str, value: str,
+                                                                 says: str) -> None:
+    """`render` printed a Deployment and a Service named "'[1, 2]'" (or "Kimi-K2", or 64 characters)."""
+    text = EXAMPLE.read_text().replace("  name: kimi-k2\n  namespace: inference\n", f"  {field}: {value}\n")
+    assert f"  {field}: {value}\n" in text
+    resource = write(tmp_path / "named.yaml", text)
+    for command in ("render", "plan", "explain"):
+        code, out, err = run(capsys, command, "-f", resource, "--policy", str(POLICY))
+        assert refused(code, out, err, "named.yaml", says), err

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from infertune.actuate.workload import Owner, desired_objects
+from infertune.api.names import name_refusal, namespace_refusal
 from infertune.api.policy import POLICY_KIND, ServingPolicySpec, parse_policy
 from infertune.api.spec import API_VERSION, CONCURRENCY_MAX, KIND, InferenceDeploymentSpec, parse_spec
 from infertune.commands._inputs import number
@@ -37,7 +38,22 @@ def load_resource(path: Path) -> dict[str, Any]:
     found = [d for d in docs if isinstance(d, dict) and d.get("kind") == KIND]
     if not found:
         raise UserError(f"{path}: no {KIND} ({API_VERSION}) in the file")
+    _check_metadata(path, found[0])
     return found[0]
+
+
+def _check_metadata(path: Path, resource: dict[str, Any]) -> None:
+    """The name and namespace must be ones the API server takes for the objects rendered from them:
+    it would refuse them, so printing or planning them would only show what can never run."""
+    meta = resource.get("metadata")
+    if meta is None:
+        return
+    if not isinstance(meta, dict):
+        raise UserError(f"{path}: metadata must be a mapping (with a name), got {type(meta).__name__}")
+    for key, refusal in (("name", name_refusal), ("namespace", namespace_refusal)):
+        why = refusal(meta[key]) if key in meta else None
+        if why is not None:
+            raise UserError(f"{path}: {why}")
 
 
 def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPolicySpec | None:

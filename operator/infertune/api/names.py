@@ -1,0 +1,36 @@
+"""The names the API server accepts for what the operator creates from a resource.
+
+The operator gives its Deployment (or LeaderWorkerSet), its Service and its selector label the
+resource's own name, so that name must be valid for the strictest of them: a Service name is an RFC
+1035 label (a lower-case letter first, then lower-case letters, digits and '-', ending in a letter or
+digit, at most 63 characters), which also makes it a valid object name and label value."""
+
+from __future__ import annotations
+
+import re
+
+_RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_SHOWN_MAX = 70
+
+
+def _shown(value: object) -> str:
+    text = repr(value)  # a list shows as one, control characters escaped: the message stays one line
+    return text if len(text) <= _SHOWN_MAX else f"{text[:_SHOWN_MAX - 3]}... ({len(str(value))} characters)"
+
+
+def name_refusal(value: object) -> str | None:
+    """Why `value` cannot name the objects the operator renders for a resource, or None if it can."""
+    if isinstance(value, str) and _RFC1035_LABEL.fullmatch(value):
+        return None
+    return (f"metadata.name {_shown(value)} is not a name the operator can give the resource's Deployment and "
+            "Service: lower-case letters, digits and '-', a letter first, a letter or digit last, at most 63 "
+            "characters (a Service name is an RFC 1035 label)")
+
+
+def namespace_refusal(value: object) -> str | None:
+    """Why `value` cannot be a namespace's name, or None if it can."""
+    if isinstance(value, str) and _RFC1123_LABEL.fullmatch(value):
+        return None
+    return (f"metadata.namespace {_shown(value)} is not a namespace name: lower-case letters, digits and '-', "
+            "a letter or digit first and last, at most 63 characters (an RFC 1123 label)")
