@@ -176,3 +176,12 @@ def test_a_resource_name_the_api_server_would_refuse_is_refused(capsys: pytest.C
     for command in ("render", "plan", "explain"):
         code, out, err = run(capsys, command, "-f", resource, "--policy", str(POLICY))
         assert refused(code, out, err, "named.yaml", says), err
+
+
+def test_a_file_with_several_resources_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The first of them was rendered, planned or explained without a word about the others."""
+    second = EXAMPLE.read_text().replace("name: kimi-k2\n", "name: kimi-k2-b\n")
+    resource = write(tmp_path / "two.yaml", EXAMPLE.read_text() + "---\n" + second)
+    for command in ("render", "plan", "explain"):
+        code, out, err = run(capsys, command, "-f", resource, "--policy", str(POLICY))
+        assert refused(code, out, err, "two.yaml: 2 InferenceDeployment documents", "exactly one"), err

@@ -38,6 +38,8 @@ def load_resource(path: Path) -> dict[str, Any]:
     found = [d for d in docs if isinstance(d, dict) and d.get("kind") == KIND]
     if not found:
         raise UserError(f"{path}: no {KIND} ({API_VERSION}) in the file")
+    if len(found) > 1:  # which one was meant is not ours to guess
+        raise UserError(f"{path}: {len(found)} {KIND} documents in the file; give a file with exactly one")
     _check_metadata(path, found[0])
     return found[0]
 
