@@ -185,3 +185,15 @@ def test_a_file_with_several_resources_is_refused(capsys: pytest.CaptureFixture[
     for command in ("render", "plan", "explain"):
         code, out, err = run(capsys, command, "-f", resource, "--policy", str(POLICY))
         assert refused(code, out, err, "two.yaml: 2 InferenceDeployment documents", "exactly one"), err
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["kimi-k2", "-f", str(EXAMPLE)], "give NAME or -f FILE, not both"),
+    (["kimi-k2", "--policy", str(POLICY)], "--policy: goes with -f FILE"),
+    (["kimi-k2", "--config-json", "config.json"], "--config-json: goes with -f FILE"),
+])
+def test_explain_refuses_what_it_would_ignore(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                             says: str) -> None:
+    """NAME beside -f FILE was ignored (the file was explained); --policy or --config-json beside NAME too."""
+    code, out, err = run(capsys, "explain", *argv)
+    assert refused(code, out, err, says), err

@@ -171,6 +171,12 @@ def _scale_down_line(resolved: Resolved) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.file is not None and args.name:  # one of the two would be explained and the other ignored
+        raise UserError(f"give NAME or -f FILE, not both (got {args.name!r} and {args.file})")
+    if args.file is None:
+        given = [flag for flag, value in (("--policy", args.policy), ("--config-json", args.config_json)) if value]
+        if given:  # from the cluster, the policy and the ConfigMap are the ones the resource names there
+            raise UserError(f"{given[0]}: goes with -f FILE (the cluster's own objects are read for NAME)")
     if args.file is not None:
         _, resolved = resolve_file(args)
         status: dict[str, Any] = {}
