@@ -197,3 +197,19 @@ def test_explain_refuses_what_it_would_ignore(capsys: pytest.CaptureFixture[str]
     """NAME beside -f FILE was ignored (the file was explained); --policy or --config-json beside NAME too."""
     code, out, err = run(capsys, "explain", *argv)
     assert refused(code, out, err, says), err
+
+
+@pytest.mark.parametrize(("flag", "says"), [
+    ("--policy", "--policy: no-refs.yaml has no spec.policyRef"),
+    ("--config-json", "--config-json: no-refs.yaml has no spec.model.configMapRef"),
+])
+def test_a_file_for_a_reference_the_resource_does_not_make_is_refused(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, says: str) -> None:
+    """--policy with no policyRef, or --config-json with a catalog profile, was read and ignored."""
+    text = EXAMPLE.read_text().replace("  policyRef:\n    name: coding-agent\n", "")
+    assert "policyRef" not in text and "configMapRef" not in text
+    resource = write(tmp_path / "no-refs.yaml", text)
+    config = write(tmp_path / "config.json", "{}")
+    for command in ("render", "plan", "explain"):
+        code, out, err = run(capsys, command, "-f", resource, flag, str(POLICY) if flag == "--policy" else config)
+        assert refused(code, out, err, says.replace("no-refs.yaml", resource)), err

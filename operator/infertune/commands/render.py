@@ -78,8 +78,19 @@ def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPoli
 def resolve_file(args: argparse.Namespace) -> tuple[dict[str, Any], Resolved]:
     resource = load_resource(args.file)
     spec = parse_spec(resource.get("spec"))
+    _check_refs(args, spec)
     config = read_text(args.config_json, "--config-json") if args.config_json else None
     return resource, resolve(spec, load_policy(spec, args.policy), config)
+
+
+def _check_refs(args: argparse.Namespace, spec: InferenceDeploymentSpec) -> None:
+    """A file given for a reference the resource does not make would be ignored without a word."""
+    if args.policy is not None and spec.policy_ref is None:
+        raise UserError(f"--policy: {args.file} has no spec.policyRef, so no ServingPolicy is read; add one to "
+                        "the resource or drop --policy")
+    if args.config_json is not None and spec.model.config_map_ref is None:
+        raise UserError(f"--config-json: {args.file} has no spec.model.configMapRef (its model is named another "
+                        "way), so no config.json is read; drop --config-json")
 
 
 def add_resource_args(parser: argparse.ArgumentParser) -> None:
