@@ -63,6 +63,20 @@ def test_a_pass_shorter_than_any_engine_runs_is_refused_at_its_line(capsys: pyte
         assert refused(code, out, err, "line 2", "per_pass_ms in [0.01"), err
 
 
+@pytest.mark.parametrize(("text", "says"), [
+    # The reader kept the last "batch": the fit ran on 2, 4, 8 instead of 1, 2, 4.
+    ("batch,per_pass_ms,batch\n1,10,2\n2,11,4\n4,13,8\n", "names column(s) batch more than once"),
+    # The third field was dropped without a word.
+    ("batch,per_pass_ms\n1,10\n2,11,5\n4,13\n8,17\n", "line 3: 3 fields, but the header names 2"),
+])
+def test_a_samples_csv_whose_rows_do_not_match_its_header_is_refused(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, says: str) -> None:
+    samples = write(tmp_path / "s.csv", text)
+    for argv in (["fit", "--samples", samples], ["plan", "--samples", samples, "--fit-tp", "8"]):
+        code, out, err = run(capsys, *argv)
+        assert refused(code, out, err, "s.csv", says), err
+
+
 # --- plan and explain --------------------------------------------------------------------------------
 def test_the_plan_table_has_no_infinite_or_nan_figures(capsys: pytest.CaptureFixture[str]) -> None:
     """Where the weights leave no KV pool (Kimi at TP1, TP2) the KV column read "inf%"."""

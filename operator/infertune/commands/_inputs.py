@@ -174,6 +174,9 @@ def read_samples(path: str) -> Samples:
     with io.StringIO(read_text(path, "--samples"), newline="") as handle:
         reader = csv.DictReader(handle)
         fields = [f.strip() for f in reader.fieldnames or []]
+        repeated = sorted({f for f in fields if fields.count(f) > 1})
+        if repeated:  # the reader keeps the last of them: which one was meant is not ours to guess
+            raise UserError(f"{path}: the header names column(s) {', '.join(repeated)} more than once")
         missing = {"batch", "per_pass_ms"} - set(fields)
         if missing:
             raise UserError(f"{path}: missing column(s) {', '.join(sorted(missing))} "
@@ -183,6 +186,9 @@ def read_samples(path: str) -> Samples:
         seconds: list[float] = []
         contexts: list[float] = []
         for line, row in enumerate(reader, start=2):
+            if None in row:  # the reader's key for the fields past the header's
+                raise UserError(f"{path}: line {line}: {len(fields) + len(row[None])} fields, but the header "
+                                f"names {len(fields)}")
             row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
             try:
                 batch, per_pass = float(row["batch"]), float(row["per_pass_ms"])
