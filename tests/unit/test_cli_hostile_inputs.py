@@ -227,3 +227,17 @@ def test_a_file_for_a_reference_the_resource_does_not_make_is_refused(
     for command in ("render", "plan", "explain"):
         code, out, err = run(capsys, command, "-f", resource, flag, str(POLICY) if flag == "--policy" else config)
         assert refused(code, out, err, says.replace("no-refs.yaml", resource)), err
+
+
+# --- observe -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("history", "window", "says"), [
+    ("99999999999999999999y", "1m", "at most 7d15h20m with --window 1m"),
+    ("7d15h21m", "1m", "at most 7d15h20m with --window 1m"),  # one point past Prometheus' 11,000
+    ("8d", "30s", "at most 3d19h40m with --window 30s"),
+])
+def test_a_fit_history_past_what_prometheus_answers_is_refused(capsys: pytest.CaptureFixture[str], history: str,
+                                                               window: str, says: str) -> None:
+    """The history's range queries failed on Prometheus' 11,000-point limit, and the fit said only "none yet"."""
+    code, out, err = run(capsys, "observe", "--source", "prometheus", "--url", "http://127.0.0.1:1",
+                         "--window", window, "--fit-history", history, "--timeout", "1")
+    assert refused(code, out, err, "--fit-history: ", says, "11,000 points"), err

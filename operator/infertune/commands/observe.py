@@ -69,6 +69,35 @@ def _seconds(text: str, flag: str, zero: bool = False) -> float:
         raise UserError(f"{flag}: {exc}") from None
 
 
+# Prometheus answers a range query with at most this many points per series (its API refuses more,
+# "exceeded maximum resolution of 11,000 points per timeseries").
+PROMETHEUS_MAX_POINTS = 11_000
+
+
+def _fit_history(args: argparse.Namespace) -> float:
+    """--fit-history in seconds. From Prometheus the history is read in range queries stepped by --window:
+    one that needs more points than Prometheus answers would fail, and the fit would say only "none yet"."""
+    history = _seconds(args.fit_history, "--fit-history", zero=True)
+    if args.source == "prometheus" and history > 0:
+        step = _seconds(args.window, "--window")
+        if history / step > PROMETHEUS_MAX_POINTS:
+            most = _duration(PROMETHEUS_MAX_POINTS * step)
+            raise UserError(f"--fit-history: at most {most} with --window {args.window.strip()} (Prometheus answers "
+                            f"at most {PROMETHEUS_MAX_POINTS:,} points per series, one per --window), got "
+                            f"{args.fit_history.strip()}")
+    return history
+
+
+def _duration(seconds: float) -> str:
+    """Whole seconds as a PromQL duration, largest unit first ("7d15h20m"), which --fit-history reads."""
+    left, parts = int(seconds), []
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
 def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
     if args.source == "prometheus":
         source_url(args.url or "", "--url")  # one line naming the flag and the rule it breaks
@@ -113,8 +142,8 @@ def _warning(obs: Observation) -> CliffWarning:
 
 
 def run(args: argparse.Namespace) -> int:
+    history = _fit_history(args)  # before the source, which holds a connection pool once made
     source = _source(args)
-    history = _seconds(args.fit_history, "--fit-history", zero=True)
     try:
         snap = source.poll()
         if isinstance(source, PodsSource) and args.interval > 0:
