@@ -64,7 +64,7 @@ def _cel_errors(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
 def admission_errors(doc: dict[str, Any]) -> list[str]:
     """What the API server would say about this object: schema errors, then CEL errors."""
     schema = _schema(doc["kind"])
-    body = {k: v for k, v in doc.items() if k in ("spec", "status")}
+    body = {k: v for k, v in doc.items() if k in ("metadata", "spec", "status")}
     errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
               for e in jsonschema.Draft7Validator(schema).iter_errors(body)]
     if errors:
@@ -245,6 +245,17 @@ def test_an_sglang_engine_without_an_image_is_rejected_not_run_on_vllms() -> Non
     vllm = _with({})
     del vllm["spec"]["engine"]["image"]
     assert admission_errors(vllm) == []
+
+
+@pytest.mark.parametrize("name", ["my.model", "Kimi", "9kimi", "kimi-", "k" * 64])
+def test_a_name_that_cannot_name_the_service_is_rejected_on_admission(name: str) -> None:
+    """The object name rule admits a dot or 253 characters; the Service the operator creates under the
+    same name would then be refused, and the resource never serve."""
+    doc = _kimi()
+    doc["metadata"]["name"] = name
+    assert any("RFC 1035 label" in e for e in admission_errors(doc)), admission_errors(doc)
+    doc["metadata"]["name"] = "kimi-k2-6" + "k" * 54
+    assert admission_errors(doc) == []
 
 
 def test_a_user_arg_the_operator_does_not_own_passes() -> None:

@@ -198,6 +198,16 @@ def test_an_invalid_spec_is_reported_and_changes_nothing() -> None:
     assert [e for e in world.report.events if e[1] == "InvalidSpec"]
 
 
+def test_a_name_no_service_can_take_is_reported_and_nothing_is_created() -> None:
+    """Admitted by a CRD from before its name rule (or an API server that runs no CEL): the Service
+    the operator would create under it is refused, so nothing is created and the condition says why."""
+    world = World()
+    with pytest.raises(SpecError, match="RFC 1035 label"):
+        world.reconciler.converge(Resource("inference", "kimi.k2", uid="uid-2", spec=world.spec), world.report)
+    assert world.cluster.applied == [] and world.condition("InvalidSpec")["status"] == "True"
+    assert "metadata.name 'kimi.k2'" in world.condition("Ready")["message"]
+
+
 def test_a_deleted_resource_leaves_no_series_on_the_operators_metrics() -> None:
     world = World()
     world.converge()

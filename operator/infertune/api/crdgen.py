@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from infertune.api.names import NAME_RULE
 from infertune.api.policy import POLICY_KIND, POLICY_PLURAL, ServingPolicySpec
 from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN
 from infertune.api.spec import GROUP, KIND, PLURAL, VERSION, InferenceDeploymentSpec
@@ -89,13 +90,16 @@ def _columns() -> list[Schema]:
 
 
 def _crd(kind: str, plural: str, short: str, scope: str, spec: Schema, status: Schema | None,
-         columns: list[Schema], subresources: Schema) -> Schema:
+         columns: list[Schema], subresources: Schema, rules: Sequence[Schema] = ()) -> Schema:
     properties: Schema = {"spec": spec}
     if status is not None:
         properties["status"] = status
+    root: Schema = {"type": "object", "required": ["spec"], "properties": properties}
+    if rules:
+        root["x-kubernetes-validations"] = list(rules)
     version: Schema = {
         "name": VERSION, "served": True, "storage": True,
-        "schema": {"openAPIV3Schema": {"type": "object", "required": ["spec"], "properties": properties}},
+        "schema": {"openAPIV3Schema": root},
         "additionalPrinterColumns": columns,
     }
     if subresources:
@@ -121,7 +125,7 @@ def inference_deployment_crd(gpu_names: Sequence[str] = ()) -> Schema:
     subresources = {"status": {}, "scale": {
         "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector"}}
-    return _crd(KIND, PLURAL, "infd", "Namespaced", spec, status, _columns(), subresources)
+    return _crd(KIND, PLURAL, "infd", "Namespaced", spec, status, _columns(), subresources, [NAME_RULE])
 
 
 def serving_policy_crd() -> Schema:

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import re
 
-_RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_RFC1035 = "[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
+_RFC1035_LABEL = re.compile(_RFC1035)
 _RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SHOWN_MAX = 70
+NAME_MESSAGE = ("metadata.name names the Deployment and the Service the operator creates: lower-case letters, "
+                "digits and '-', a letter first, a letter or digit last, at most 63 characters (an RFC 1035 label)")
+# The same rule for the API server (a CRD's root may read metadata.name), so kubectl apply refuses
+# what the operator could not serve; CEL's matches() is RE2, which reads this pattern as re does.
+NAME_RULE = {"rule": f"self.metadata.name.matches('^{_RFC1035}$')", "message": NAME_MESSAGE}
 
 
 def _shown(value: object) -> str:

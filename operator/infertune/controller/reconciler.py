@@ -30,6 +30,7 @@ from infertune.api.conditions import (
     initial_conditions,
     merge_conditions,
 )
+from infertune.api.names import name_refusal
 from infertune.api.observation import Observation
 from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.quantities import parse_duration
@@ -198,6 +199,9 @@ class Reconciler:
         (an edited ConfigMap is noticed on the next cycle). Raises SpecError naming the field, or
         PendingError when a ServingPolicy or ConfigMap it names does not exist yet. A policy that
         existed and was deleted is replaced by its last known spec (`policy_state` says so)."""
+        refusal = name_refusal(resource.name)
+        if refusal is not None:  # a CRD from before its name rule admits it, and its Service would be refused
+            raise SpecError(refusal)
         parsed = parse_spec(dict(resource.spec))
         policy, policy_raw, state = self._policy(resource, parsed.policy_ref.name if parsed.policy_ref else None)
         config = None
