@@ -8,21 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from infertune.cli import main
+from tests.unit.test_cli_inputs import run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "kimi-k2.6-b200.yaml"
 POLICY = ROOT / "policies" / "coding-agent.yaml"
 TRACE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:  # argparse's own refusal
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def refused(code: int, out: str, err: str, *says: str) -> bool:

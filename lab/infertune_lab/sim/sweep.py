@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from infertune.commands._inputs import cell
+from infertune.api.quantities import format_figure
 from infertune_lab.sim.config import ReplicaConfig
 from infertune_lab.sim.fleet import Fleet
 from infertune_lab.sim.records import RequestRecord
@@ -86,14 +86,16 @@ def format_table(rows: Sequence[SweepRow]) -> str:
     lines = [head]
     for r in rows:
         # A level where nothing finished, or nothing was looked up, has no figure: "-", never "nan".
-        lines.append(f"{r.concurrency:>5} {r.aggregate_tps:>9.1f} {cell(r.per_stream_tps, '.1f'):>10} "
+        tps, kv, hits = (format_figure(r.per_stream_tps, ".1f"), format_figure(r.kv_usage, ".1%"),
+                         format_figure(r.prefix_hit_rate, ".1%"))
+        lines.append(f"{r.concurrency:>5} {r.aggregate_tps:>9.1f} {tps:>10} "
                      f"{_seconds(r.ttft_p50_seconds):>9} {_seconds(r.ttft_p95_seconds):>9} "
-                     f"{cell(r.kv_usage, '.1%'):>6} {r.preemptions:>8} {cell(r.prefix_hit_rate, '.1%'):>10}")
+                     f"{kv:>6} {r.preemptions:>8} {hits:>10}")
     return "\n".join(lines)
 
 
 def _seconds(value: float) -> str:
-    return cell(value, ".2f") + "s" if math.isfinite(value) else "-"
+    return format_figure(value, ".2f") + "s" if math.isfinite(value) else "-"
 
 
 def plot(rows: Sequence[SweepRow], path: str | Path, title: str) -> None:

@@ -3,6 +3,7 @@ decimal strings ("6", "5.50"), as Kubernetes API conventions ask instead of floa
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -41,3 +42,9 @@ def format_duration(seconds: float) -> str:
     if seconds % 3600:
         return f"{int(seconds // 60)}m"
     return f"{int(seconds // 3600)}h"
+
+
+def format_figure(value: float, spec: str) -> str:
+    """A figure for a table or a sentence: "-" where there is none (NaN, or the infinity of a ratio
+    to a KV pool of zero), never "nan" or "inf%"."""
+    return format(value, spec) if math.isfinite(value) else "-"

@@ -105,12 +105,6 @@ def finite(value: Any) -> Any:
     return value
 
 
-def cell(value: float, spec: str) -> str:
-    """A figure for a table or a sentence: "-" where there is none (NaN, or the infinity of a ratio
-    to a KV pool of zero), never "nan" or "inf%"."""
-    return format(value, spec) if math.isfinite(value) else "-"
-
-
 def dump_json(value: Any) -> str:
     """JSON that any parser reads: a figure that is not finite is null, never NaN or Infinity."""
     return json.dumps(finite(value), indent=2, allow_nan=False)

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from infertune.api.policy import parse_policy
-from infertune.api.quantities import format_duration
+from infertune.api.quantities import format_duration, format_figure
 from infertune.api.spec import API_VERSION, KIND, parse_spec
-from infertune.commands._inputs import cell, cluster_client, number
+from infertune.commands._inputs import cluster_client, number
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
 from infertune.errors import UserError
@@ -92,11 +92,11 @@ def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Pla
              f"why:          {the_plan.reason}"]
     choice = the_plan.choice or the_plan.closest
     if choice is not None:
-        lines.append(f"predictions:  {cell(choice.per_stream_tps, '.1f')} tok/s per stream, "
-                     f"TTFT {cell(choice.ttft_seconds, '.2f')} s, "
+        lines.append(f"predictions:  {format_figure(choice.per_stream_tps, '.1f')} tok/s per stream, "
+                     f"TTFT {format_figure(choice.ttft_seconds, '.2f')} s, "
                      f"{_kv_share(choice.kv_working_set_fraction)} (cliff at "
-                     f"{cell(choice.cliff_concurrency, '.0f')} streams), "
-                     f"${cell(choice.cost_per_million_tokens, '.3f')}/M tokens, region {choice.region.value}")
+                     f"{format_figure(choice.cliff_concurrency, '.0f')} streams), "
+                     f"${format_figure(choice.cost_per_million_tokens, '.3f')}/M tokens, region {choice.region.value}")
         lines.append(f"per pass:     {pass_interval(choice)}")
     lines += _sizing_lines(resolved, status, the_plan, current)
     last = status.get("recommendation") or {}

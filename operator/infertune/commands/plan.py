@@ -11,10 +11,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from infertune.api.quantities import format_figure
 from infertune.api.spec import CONCURRENCY_MAX
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
-    cell,
     check_tp,
     dump_json,
     number,
@@ -219,8 +219,10 @@ def _print_table(result: Plan, show_all: bool) -> None:
         if not (show_all or c.max_num_seqs in SHOWN_CONCURRENCY or key == chosen):
             continue
         style = "bold green" if key == chosen else ("" if c.feasible else "dim")
-        table.add_row(str(c.tp), str(c.max_num_seqs), cell(c.per_stream_tps, ".1f"), cell(c.ttft_seconds, ".2f"),
-                      cell(c.kv_working_set_fraction, ".0%"), c.region.value, cell(c.cost_per_million_tokens, ".3f"),
+        figures = (format_figure(c.per_stream_tps, ".1f"), format_figure(c.ttft_seconds, ".2f"),
+                   format_figure(c.kv_working_set_fraction, ".0%"))
+        table.add_row(str(c.tp), str(c.max_num_seqs), *figures, c.region.value,
+                      format_figure(c.cost_per_million_tokens, ".3f"),
                       ("CHOSEN" if key == chosen else c.reason.split(":")[0]), style=style)
     console.print(table)
     if serves(result) and result.layout is not None:
