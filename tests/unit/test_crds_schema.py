@@ -62,9 +62,10 @@ def _cel_errors(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
 
 
 def admission_errors(doc: dict[str, Any]) -> list[str]:
-    """What the API server would say about this object: schema errors, then CEL errors."""
+    """What the API server would say about this object: schema errors, then CEL errors. The server
+    has already checked metadata.name as an object name, so a document without one is given one."""
     schema = _schema(doc["kind"])
-    body = {k: v for k, v in doc.items() if k in ("metadata", "spec", "status")}
+    body = {"metadata": {"name": "unnamed"}, **{k: v for k, v in doc.items() if k in ("metadata", "spec", "status")}}
     errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
               for e in jsonschema.Draft7Validator(schema).iter_errors(body)]
     if errors:
