@@ -12,6 +12,7 @@ import re
 _RFC1035 = "[a-z]([-a-z0-9]{0,61}[a-z0-9])?"
 _RFC1035_LABEL = re.compile(_RFC1035)
 _RFC1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_RFC1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _SHOWN_MAX = 70
 NAME_MESSAGE = ("metadata.name names the Deployment and the Service the operator creates: lower-case letters, "
                 "digits and '-', a letter first, a letter or digit last, at most 63 characters (an RFC 1035 label)")
@@ -34,9 +35,19 @@ def name_refusal(value: object) -> str | None:
             "characters (a Service name is an RFC 1035 label)")
 
 
+def is_namespace_name(value: object) -> bool:
+    """An RFC 1123 label, as a namespace's name must be."""
+    return isinstance(value, str) and _RFC1123_LABEL.fullmatch(value) is not None
+
+
+def is_object_name(value: object) -> bool:
+    """An RFC 1123 subdomain, as most objects' names (a Secret's, a Lease's) must be."""
+    return isinstance(value, str) and _RFC1123_SUBDOMAIN.fullmatch(value) is not None
+
+
 def namespace_refusal(value: object) -> str | None:
     """Why `value` cannot be a namespace's name, or None if it can."""
-    if isinstance(value, str) and _RFC1123_LABEL.fullmatch(value):
+    if is_namespace_name(value):
         return None
     return (f"metadata.namespace {_shown(value)} is not a namespace name: lower-case letters, digits and '-', "
             "a letter or digit first and last, at most 63 characters (an RFC 1123 label)")

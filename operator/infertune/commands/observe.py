@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infertune.api.observation import Observation, ReplicaObservation
+from infertune.api.quantities import format_duration
 from infertune.commands._inputs import dump_json, number
 from infertune.errors import UserError
 from infertune.model.early_warning import CliffWarning, PressurePoint, cliff_warning
@@ -81,21 +82,11 @@ def _fit_history(args: argparse.Namespace) -> float:
     if args.source == "prometheus" and history > 0:
         step = _seconds(args.window, "--window")
         if history / step > PROMETHEUS_MAX_POINTS:
-            most = _duration(PROMETHEUS_MAX_POINTS * step)
+            most = format_duration(PROMETHEUS_MAX_POINTS * step)
             raise UserError(f"--fit-history: at most {most} with --window {args.window.strip()} (Prometheus answers "
                             f"at most {PROMETHEUS_MAX_POINTS:,} points per series, one per --window), got "
                             f"{args.fit_history.strip()}")
     return history
-
-
-def _duration(seconds: float) -> str:
-    """Whole seconds as a PromQL duration, largest unit first ("7d15h20m"), which --fit-history reads."""
-    left, parts = int(seconds), []
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        count, left = divmod(left, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"
 
 
 def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:

@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 import structlog
 
+from infertune.api.names import is_namespace_name, is_object_name
 from infertune.commands._inputs import cluster_client
 from infertune.controller import OperatorContext, build_registry
 from infertune.errors import UserError
@@ -26,8 +27,6 @@ from infertune.observe.promql import range_seconds
 
 # Where a pod's own namespace is when the downward API did not set POD_NAMESPACE.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # The timer and the poll: faster than ten a second would hammer the API server and Prometheus, slower
@@ -81,16 +80,16 @@ def _checked(args: argparse.Namespace) -> None:
     if not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
     for ns in args.namespace:
-        if not _DNS_LABEL.fullmatch(ns):
+        if not is_namespace_name(ns):
             raise UserError(f"--namespace {ns!r} is not a namespace name (lower-case DNS label)")
-    if args.peering is not None and not _DNS_SUBDOMAIN.fullmatch(args.peering):
+    if args.peering is not None and not is_object_name(args.peering):
         raise UserError(f"--peering {args.peering!r} is not an object name (lower-case DNS subdomain)")
     if args.priority is not None and args.peering is None:
         raise UserError("--priority needs --peering")
     if args.prometheus_token_secret is not None:
         if not args.prometheus_url:
             raise UserError("--prometheus-token-secret needs --prometheus-url (the token is for that Prometheus)")
-        if not _DNS_SUBDOMAIN.fullmatch(args.prometheus_token_secret):
+        if not is_object_name(args.prometheus_token_secret):
             raise UserError(f"--prometheus-token-secret {args.prometheus_token_secret!r} is not a Secret name")
         if not _SECRET_KEY.fullmatch(args.prometheus_token_key):
             raise UserError(f"--prometheus-token-key {args.prometheus_token_key!r} is not a Secret key")
