@@ -104,17 +104,19 @@ def test_a_figure_outside_its_physical_range_is_refused(capsys: pytest.CaptureFi
 
 
 # --- simulate ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("argv", [
-    ["--num-gpu-blocks", "1", "--concurrency", "1", "--duration", "1", "--warmup", "0"],
-    ["--prompt-tokens", "10000000", "--output-tokens", "1", "--concurrency", "1,2", "--duration", "60",
-     "--warmup", "0"],
-])
-def test_a_sweep_level_where_nothing_finishes_prints_no_nan(capsys: pytest.CaptureFixture[str],
-                                                           argv: list[str]) -> None:
+def test_a_sweep_level_where_nothing_finishes_prints_no_nan(capsys: pytest.CaptureFixture[str]) -> None:
     """Every request larger than the KV pool: the table read "nan", "nans" and "nan%" without a word why."""
+    argv = ["--num-gpu-blocks", "1", "--concurrency", "1", "--duration", "1", "--warmup", "0"]
     code, out, err = run(capsys, "simulate", "sweep", *argv)
     assert code == 0, err
     assert "nan" not in out and "no request finished within the" in out, out
+
+
+def test_a_sweep_of_fixed_lengths_past_the_kv_pool_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every request refused: the table was all gaps (before that, all nan), for a mistake one sum shows."""
+    code, out, err = run(capsys, "simulate", "sweep", "--prompt-tokens", "10000000", "--output-tokens", "1",
+                         "--concurrency", "1,2", "--duration", "60", "--warmup", "0")
+    assert refused(code, out, err, "10,000,001 tokens, more than the replica's KV pool of", "at TP8"), err
 
 
 # --- traces --------------------------------------------------------------------------------------------
@@ -124,7 +126,8 @@ def test_a_sweep_level_where_nothing_finishes_prints_no_nan(capsys: pytest.Captu
     # The span overflowed to infinity: the last request never arrived, and the replay said completed 1 of 2.
     ("-1e308,100,10\n1e308,100,10\n", "the requests span inf s"),
     # Seconds and dates mixed: 1.7e9 s between them.
-    ("0,100,10\n2023-11-16 18:17:03.9799600,100,10\n", "from line 2 to line 3"),
+    ("0,100,10\n2023-11-16 18:17:03.9799600,100,10\n", ":3: TIMESTAMP '2023-11-16 18:17:03.9799600' is a "
+                                                       "date-time without a time zone, but line 2's is plain seconds"),
     # A prompt past any model's context; 10**400 tokens too.
     ("0,1000000000000000,10\n", ":2: ContextTokens '1000000000000000' is more than 10,000,000 tokens"),
     (f"0,100,{10**400}\n", ":2: GeneratedTokens"),
@@ -153,6 +156,27 @@ def test_yaml_nested_past_any_resource_is_refused(capsys: pytest.CaptureFixture[
         assert refused(code, out, err, "--file", "deep.yaml", "nested too deeply"), err
     code, out, err = run(capsys, "render", "-f", str(EXAMPLE), "--policy", resource)
     assert refused(code, out, err, "--policy", "nested too deeply"), err
+
+
+def test_a_key_given_twice_is_refused_not_read_as_the_last(capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    """`poolGpus` given twice was read as its last value, silently; kubectl's strict validation refuses
+    such a file. A merge key (`<<`) still overrides, as YAML defines it."""
+    text = EXAMPLE.read_text()
+    twice = text.replace("    poolGpus: 32\n", "    poolGpus: 32\n    poolGpus: 320\n")
+    resource = write(tmp_path / "twice.yaml", twice)
+    line = text.splitlines().index("    poolGpus: 32") + 2
+    for command in ("render", "plan", "explain"):
+        code, out, err = run(capsys, command, "-f", resource)
+        assert refused(code, out, err, "--file", "twice.yaml", f"line {line}", "'poolGpus' is given twice"), err
+    policy_text = POLICY.read_text().replace("  tuning:\n", "  tuning:\n    hysteresisPercent: 50\n", 1)
+    policy = write(tmp_path / "policy.yaml", policy_text)
+    code, out, err = run(capsys, "render", "-f", str(EXAMPLE), "--policy", policy)
+    assert refused(code, out, err, "--policy", "'hysteresisPercent' is given twice"), err
+    anchored = text.replace("metadata:\n", "x-base: &base\n  name: other\nmetadata:\n  <<: *base\n", 1)
+    merged = write(tmp_path / "merged.yaml", anchored)
+    code, out, _ = run(capsys, "render", "-f", merged)
+    assert code == 0 and "name: kimi-k2" in out
 
 
 def test_a_policy_file_holding_another_kind_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import collections
 import itertools
 import random
+import re
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from infertune.cli import main
 from infertune.errors import UserError
 from infertune_lab.data import AZURE_CODE_TRACE
 from infertune_lab.sim import (
+    ClosedLoop,
     Fleet,
     OpenSessions,
     ReplicaConfig,
@@ -24,6 +27,7 @@ from infertune_lab.sim import (
     shape,
     window,
 )
+from infertune_lab.sim.trace import TraceRow
 from infertune_lab.sim.traffic import CHAT_TRACE, bursty, chat_trace, diurnal, poisson
 
 AZURE = AZURE_CODE_TRACE
@@ -110,6 +114,22 @@ MALFORMED = {
     "missing column": ("TIMESTAMP,ContextTokens\n1.0,10\n", ":1: missing column(s) GeneratedTokens"),
     "short row": ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,10\n", ":2: expected 3 fields"),
     "not a number": ("TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,ten,2\n", ":2: ContextTokens 'ten'"),
+    # Each of these mixes was read as if the kinds agreed: a bare date-time as this machine's local time.
+    "zones mixed": ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,10,2\n"
+                    "2023-11-16 18:00:05+01:00,10,2\n", ":3: TIMESTAMP '2023-11-16 18:00:05+01:00' is a date-time "
+                                                        "with a time zone, but line 2's is a date-time without"),
+    "mooncake not json": ('{"timestamp": 0, "input_length": 10, "output_length": 2}\n{"timestamp": 5,\n',
+                          ":2: not a JSON object"),
+    "mooncake missing key": ('{"timestamp": 0, "input_length": 10}\n', ":1: missing key(s) output_length"),
+    "mooncake count not an integer": ('{"timestamp": 0, "input_length": true, "output_length": 2}\n',
+                                      ":1: input_length True is not an integer"),
+    "mooncake timestamp a string": ('{"timestamp": "soon", "input_length": 1, "output_length": 2}\n',
+                                    ":1: timestamp 'soon' is not a finite number of milliseconds"),
+    "burstgpt negative": ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                          "5,ChatGPT,-3,18,15,Conversation log\n", ":2: Request tokens is negative"),
+    "seconds and dates": ("TIMESTAMP,ContextTokens,GeneratedTokens\n1700157600,10,2\n2023-11-16T18:00:05Z,10,2\n",
+                          ":3: TIMESTAMP '2023-11-16T18:00:05Z' is a date-time with a time zone, but line 2's is "
+                          "plain seconds"),
 }
 
 
@@ -118,8 +138,39 @@ def test_malformed_traces_name_the_line(case: str, tmp_path: Path) -> None:
     text, message = MALFORMED[case]
     path = tmp_path / "trace.csv"
     path.write_text(text)
-    with pytest.raises(TraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(TraceError, match=re.escape(message)):
         load_trace(path)
+
+
+def test_a_trace_without_time_zones_keeps_its_spacing_across_a_clock_change(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read as local time on a machine in New York, 01:59 to 02:01 on 5 November 2023 was an hour and two
+    minutes, the clocks falling back between them: the second request arrived an hour late."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        path = tmp_path / "trace.csv"
+        path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-05 01:59:00,10,2\n2023-11-05 02:01:00,10,2\n")
+        assert [r.offset for r in load_trace(path)] == [0.0, 120.0]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_burstgpt_and_mooncake_logs_replay_as_they_were_logged(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Two more public request logs (docs/sources.md): BurstGPT's CSV, in seconds, its failed requests
+    logged with 0 response tokens; Mooncake's JSON lines, in milliseconds, with block hashes not read."""
+    burst = tmp_path / "burstgpt.csv"
+    burst.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,0,1087,API log\n8,ChatGPT,30,7,37,API log\n")
+    assert load_trace(burst) == [TraceRow(0.0, 472, 18), TraceRow(3.0, 30, 7), TraceRow(40.0, 1087, 0)]
+    moon = tmp_path / "mooncake.jsonl"
+    moon.write_text('{"timestamp": 0, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]}\n\n'
+                    '{"timestamp": 27482, "input_length": 6472, "output_length": 26, "hash_ids": [46, 52]}\n')
+    assert load_trace(moon) == [TraceRow(0.0, 6955, 52), TraceRow(27.482, 6472, 26)]
+    code = main(["simulate", "replay", "--trace", str(moon), "--output", "json"])
+    out = capsys.readouterr().out
+    assert code == 0 and '"completed": 2' in out, out
 
 
 def test_replay_command_rejects_a_bad_trace_and_writes_nothing(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -172,3 +223,16 @@ def test_the_chat_trace_bursts_where_poisson_arrivals_would_not() -> None:
 def test_a_chat_trace_needs_a_rate_and_a_duration() -> None:
     with pytest.raises(UserError, match="rate and a duration"):
         chat_trace(0.0, 60.0)
+
+
+def test_a_closed_loop_keeps_its_users_when_requests_are_refused() -> None:
+    """A session whose turn outgrew the replica's KV pool was refused and never resumed: its user sat idle for
+    the rest of the run, so a sweep ran at less concurrency than its table reported."""
+    loop = ClosedLoop(shape("coding-agent"), concurrency=4, seed=1)
+    fleet = Fleet(loop, seed=1)
+    fleet.add_replica(ReplicaConfig(tp=8, num_gpu_blocks=5_000))  # 80K tokens: long sessions outgrow it
+    finished = fleet.run_until(1_800)
+    assert len(fleet.rejected) >= 10 and len(finished) > 0
+    assert len(loop._user_of) == 4  # every user is in a session still
+    late = [s.arrival for s in fleet.rejected if s.arrival > 1_500]
+    assert late, "refusals stop once every user has been refused once"

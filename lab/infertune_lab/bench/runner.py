@@ -62,6 +62,9 @@ class CountedTraffic:
     def on_finish(self, record: RequestRecord) -> None:
         self.inner.on_finish(record)
 
+    def on_reject(self, spec: RequestSpec, at: float) -> None:
+        self.inner.on_reject(spec, at)
+
 
 def run_policy(setup: RunSetup, policy: Policy, keep_records: bool = False) -> PolicyRun:
     """Runs in run time (0 is the warm-up's start); policies and results see scored time. With

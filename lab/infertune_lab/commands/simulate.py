@@ -154,6 +154,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     if lengths is not None:
         # The replica's model is referenced to these lengths, as the load test's requests are.
         prompt, output = lengths
+        pool = config.gpu_blocks() * config.block_size
+        if prompt + output > pool:  # every request would be refused, and the table would be all gaps
+            raise UserError(f"--prompt-tokens + --output-tokens is {prompt + output:,} tokens, more than the "
+                            f"replica's KV pool of {pool:,} tokens at TP{config.tp}: every request would be refused")
         perf = config.performance_model()
         config = config.with_(perf=dataclasses.replace(perf, workload=Workload(prompt, 0, output)))
         traffic, label, think = fixed(prompt, output), f"{prompt}/{output} tokens, closed loop", 0.0

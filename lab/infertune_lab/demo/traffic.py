@@ -37,3 +37,6 @@ class Delayed:
         back = -self.offset
         self.source.on_finish(replace(record, spec=replace(record.spec, arrival=record.spec.arrival + back),
                                       first_token=record.first_token + back, finish=record.finish + back))
+
+    def on_reject(self, spec: RequestSpec, at: float) -> None:
+        self.source.on_reject(replace(spec, arrival=spec.arrival - self.offset), at - self.offset)

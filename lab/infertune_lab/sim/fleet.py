@@ -278,8 +278,12 @@ class Fleet:
         (one that can never fit its pool, and one it could not serve once queued), so the fleet counts
         only what it takes from there: counting `add`'s False as well counted such a request twice."""
         if replica.engine.rejected:
-            self.rejected.extend(replica.engine.rejected)
+            refused = list(replica.engine.rejected)
             replica.engine.rejected.clear()
+            self.rejected.extend(refused)
+            if self.traffic is not None:
+                for spec in refused:  # a closed loop's user goes on; an open one's session ends
+                    self.traffic.on_reject(spec, max(replica.engine.clock, spec.arrival))
 
     def _flush_gateway(self, at: float) -> None:
         pending = list(self.gateway)

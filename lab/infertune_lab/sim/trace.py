@@ -1,27 +1,33 @@
-"""Trace replay: CSV files with columns `TIMESTAMP,ContextTokens,GeneratedTokens` (the Azure LLM
-inference traces; infertune_lab/data holds the 2023 code trace), as an open-loop traffic source.
+"""Trace replay: a public LLM request log as an open-loop traffic source, one request a row. Read:
+- the Azure LLM inference traces (2023, 2024): CSV `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP
+  an ISO date-time (any number of fractional digits; without a time zone it is read as UTC) or plain
+  seconds, the same kind on every row (infertune_lab/data holds the 2023 code trace);
+- BurstGPT: CSV with `Timestamp` (seconds), `Request tokens` and `Response tokens` among its columns;
+- Mooncake: JSON lines `{"timestamp": ms, "input_length": n, "output_length": n, ...}`.
+Which one a file is, its first line says (a `{`, or the header's columns); docs/sources.md cites each.
 
 The whole file is parsed and checked before anything runs, so a malformed trace fails with one
-error naming its line and no partial replay ever starts. TIMESTAMP is an ISO date-time (any
-number of fractional digits) or plain seconds. Each row is one request with no session (the
-traces carry none), so only preemption recompute can hit the prefix cache.
+error naming its line and no partial replay ever starts. Requests carry no session (Azure's and
+BurstGPT's logs have none, and Mooncake's block hashes are not read), so only preemption recompute can
+hit the prefix cache.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from infertune.errors import UserError
 from infertune.textfile import read_text
 from infertune_lab.sim.records import RequestRecord, RequestSpec
 
-COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 # No model attends over ten million tokens (the planner's and the samples' limit too); a bigger count
 # is a corrupt row, and past a float's range it would fail deep in the arithmetic.
 TOKENS_MAX = 10_000_000
@@ -41,28 +47,58 @@ class TraceRow:
     generated_tokens: int
 
 
-def _timestamp(raw: str) -> float:
+@dataclass(frozen=True)
+class CsvFormat:
+    """A request log's CSV columns: when, the prompt's tokens, the answer's tokens."""
+
+    name: str
+    timestamp: str
+    prompt: str
+    answer: str
+
+
+CSV_FORMATS = (
+    CsvFormat("Azure LLM inference", "TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    CsvFormat("BurstGPT", "Timestamp", "Request tokens", "Response tokens"),
+)
+COLUMNS = tuple(getattr(CSV_FORMATS[0], k) for k in ("timestamp", "prompt", "answer"))
+JSONL_KEYS = ("timestamp", "input_length", "output_length")  # Mooncake's; its timestamp is in milliseconds
+
+# (instant in seconds, prompt tokens, answer tokens, line)
+Stamp = tuple[float, int, int, int]
+
+
+def _timestamp(raw: str) -> tuple[float, str]:
+    """The instant in seconds, and which kind of stamp gave it (seconds, or a date-time with or without
+    a time zone)."""
     text = raw.strip()
     try:
-        return float(text)
+        return float(text), "plain seconds"
     except ValueError:
         pass
     # fromisoformat takes 7 fractional digits only from 3.11 on, and only in some layouts.
     head, dot, frac = text.partition(".")
     if dot:
         text = f"{head}.{(frac + '000000')[:6]}"
-    return datetime.fromisoformat(text).timestamp()
+    stamp = datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        # Only differences matter, so a bare date-time is read as UTC: read as this machine's local
+        # time, a trace crossing a daylight-saving change would gain or lose an hour of arrivals.
+        return stamp.replace(tzinfo=UTC).timestamp(), "a date-time without a time zone"
+    return stamp.timestamp(), "a date-time with a time zone"
 
 
-def _count(raw: str, column: str, where: str) -> int:
+def _count(raw: Any, column: str, where: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, str | int):  # JSON's true, 1.5 or null is not a count
+        raise TraceError(f"{where}: {column} {raw!r} is not an integer")
     try:
-        value = int(raw.strip())
+        value = int(raw.strip()) if isinstance(raw, str) else raw
     except ValueError:
         raise TraceError(f"{where}: {column} {raw!r} is not an integer") from None
     if value < 0:
         raise TraceError(f"{where}: {column} is negative ({value})")
     if value > TOKENS_MAX:
-        raise TraceError(f"{where}: {column} {raw.strip()[:20]!r} is more than {TOKENS_MAX:,} tokens")
+        raise TraceError(f"{where}: {column} {str(raw).strip()[:20]!r} is more than {TOKENS_MAX:,} tokens")
     return value
 
 
@@ -73,35 +109,10 @@ def load_trace(path: str | Path) -> list[TraceRow]:
         text = read_text(p, "--trace")
     except UserError as exc:
         raise TraceError(str(exc)) from None
-    with io.StringIO(text, newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise TraceError(f"{p}: empty file, expected a header {','.join(COLUMNS)}")
-        names = [h.strip() for h in header]
-        missing = [c for c in COLUMNS if c not in names]
-        if missing:
-            raise TraceError(f"{p}:1: missing column(s) {', '.join(missing)} (header: {','.join(names)[:200]!r})")
-        idx = [names.index(c) for c in COLUMNS]
-        stamps: list[tuple[float, int, int, int]] = []
-        for line_no, row in enumerate(reader, start=2):
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            where = f"{p}:{line_no}"
-            if len(row) < len(names):
-                raise TraceError(f"{where}: expected {len(names)} fields, got {len(row)}")
-            try:
-                ts = _timestamp(row[idx[0]])
-            except ValueError:
-                raise TraceError(f"{where}: TIMESTAMP {row[idx[0]]!r} is not a date-time or seconds") \
-                    from None
-            if not math.isfinite(ts):
-                raise TraceError(f"{where}: TIMESTAMP {row[idx[0]]!r} is not finite")
-            context = _count(row[idx[1]], "ContextTokens", where)
-            generated = _count(row[idx[2]], "GeneratedTokens", where)
-            stamps.append((ts, context, generated, line_no))
+    jsonl = text.lstrip().startswith("{")
+    stamps = list(_jsonl_stamps(p, text) if jsonl else _csv_stamps(p, text))
     if not stamps:
-        raise TraceError(f"{p}: no requests after the header")
+        raise TraceError(f"{p}: no requests{'' if jsonl else ' after the header'}")
     # Merged logs are not always in order; replay is by time.
     stamps.sort(key=lambda s: s[0])
     _check_span(p, stamps[0], stamps[-1])
@@ -109,7 +120,69 @@ def load_trace(path: str | Path) -> list[TraceRow]:
     return [TraceRow(ts - first, context, generated) for ts, context, generated, _ in stamps]
 
 
-def _check_span(path: Path, first: tuple[float, int, int, int], last: tuple[float, int, int, int]) -> None:
+def _csv_format(p: Path, names: list[str]) -> CsvFormat:
+    for fmt in CSV_FORMATS:
+        if all(c in names for c in (fmt.timestamp, fmt.prompt, fmt.answer)):
+            return fmt
+    expected = "; or ".join(f"{f.timestamp},{f.prompt},{f.answer} ({f.name})" for f in CSV_FORMATS)
+    missing = [c for c in COLUMNS if c not in names]
+    raise TraceError(f"{p}:1: missing column(s) {', '.join(missing)} (header: {','.join(names)[:200]!r}); "
+                     f"expected {expected}, or JSON lines with {', '.join(JSONL_KEYS)} (Mooncake)")
+
+
+def _csv_stamps(p: Path, text: str) -> Iterator[Stamp]:
+    with io.StringIO(text, newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise TraceError(f"{p}: empty file, expected a header {','.join(COLUMNS)}")
+        names = [h.strip() for h in header]
+        fmt = _csv_format(p, names)
+        idx = [names.index(c) for c in (fmt.timestamp, fmt.prompt, fmt.answer)]
+        first_kind: tuple[str, int] | None = None
+        for line_no, row in enumerate(reader, start=2):
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            where = f"{p}:{line_no}"
+            if len(row) < len(names):
+                raise TraceError(f"{where}: expected {len(names)} fields, got {len(row)}")
+            raw = row[idx[0]]
+            try:
+                ts, kind = _timestamp(raw)
+            except ValueError:
+                raise TraceError(f"{where}: {fmt.timestamp} {raw!r} is not a date-time or seconds") from None
+            if first_kind is None:
+                first_kind = kind, line_no
+            elif kind != first_kind[0]:  # their offsets from each other would be a guess
+                raise TraceError(f"{where}: {fmt.timestamp} {raw!r} is {kind}, but line {first_kind[1]}'s "
+                                 f"is {first_kind[0]}; give every row the same kind")
+            if not math.isfinite(ts):
+                raise TraceError(f"{where}: {fmt.timestamp} {raw!r} is not finite")
+            yield ts, _count(row[idx[1]], fmt.prompt, where), _count(row[idx[2]], fmt.answer, where), line_no
+
+
+def _jsonl_stamps(p: Path, text: str) -> Iterator[Stamp]:
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{p}:{line_no}"
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError):  # a JSON decode error is a ValueError
+            raise TraceError(f"{where}: not a JSON object (a JSON-lines trace has one a line)") from None
+        if not isinstance(doc, dict):
+            raise TraceError(f"{where}: not a JSON object (a JSON-lines trace has one a line)")
+        missing = [k for k in JSONL_KEYS if k not in doc]
+        if missing:
+            raise TraceError(f"{where}: missing key(s) {', '.join(missing)}; expected {', '.join(JSONL_KEYS)}")
+        ms = doc["timestamp"]
+        if isinstance(ms, bool) or not isinstance(ms, int | float) or not math.isfinite(ms):
+            raise TraceError(f"{where}: timestamp {ms!r} is not a finite number of milliseconds")
+        yield (ms / 1000.0, _count(doc["input_length"], "input_length", where),
+               _count(doc["output_length"], "output_length", where), line_no)
+
+
+def _check_span(path: Path, first: Stamp, last: Stamp) -> None:
     span = last[0] - first[0]
     if not span <= SPAN_MAX_SECONDS:  # also an overflow to infinity
         raise TraceError(f"{path}: the requests span {span:.3g} s from line {first[3]} to line {last[3]}, more "
@@ -157,3 +230,6 @@ class TraceReplay:
 
     def on_finish(self, record: RequestRecord) -> None:
         return None
+
+    def on_reject(self, spec: RequestSpec, at: float) -> None:
+        return None  # a trace's rows arrive when the log says, whatever became of the one before

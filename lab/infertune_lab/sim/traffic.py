@@ -36,6 +36,12 @@ class TrafficSource(Protocol):
     def peek(self) -> RequestSpec: ...
     def pop(self) -> RequestSpec: ...
     def on_finish(self, record: RequestRecord) -> None: ...
+    def on_reject(self, spec: RequestSpec, at: float) -> None: ...
+
+
+# A client whose request is refused starts its next session this long after (a load generator's back-off);
+# without it, a closed loop of requests that never fit would refuse and resend at one instant forever.
+REJECT_BACKOFF_SECONDS = 1.0
 
 
 # --- arrival processes (open loop) ------------------------------------------------------------
@@ -191,6 +197,10 @@ class _Base:
     def _think(self) -> float:
         return self.think_override if self.think_override is not None else self.shape.think(self.rng)
 
+    def on_reject(self, spec: RequestSpec, at: float) -> None:
+        """A refused turn ends its session: the client got an error, not an answer to build on."""
+        self._sessions.pop(spec.session, None)
+
     def _new_session(self, prefix: str, warm: bool = False, shape: SessionShape | None = None) -> _Session:
         turns = self.shape.turns(self.rng)
         s = _Session(f"{prefix}{next(self._ids)}", turns, 0, shape=shape)
@@ -295,6 +305,14 @@ class ClosedLoop(_Base):
             return
         del self._sessions[sid], self._user_of[sid]
         self._start_session(user, at)
+
+    def on_reject(self, spec: RequestSpec, at: float) -> None:
+        """The user starts another session, so the loop keeps the concurrency it reports (a refused
+        session used to leave its user idle for the rest of the run)."""
+        user = self._user_of.pop(spec.session, None)
+        super().on_reject(spec, at)
+        if user is not None:
+            self._start_session(user, at + self._think() + REJECT_BACKOFF_SECONDS)
 
 
 # --- a chat-shaped trace ----------------------------------------------------------------------

@@ -23,10 +23,38 @@ from infertune.textfile import read_text
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: object, line: int) -> None:
+        super().__init__(f"line {line}: key {key!r} is given twice in one mapping")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of a key given twice; kubectl's strict field validation refuses such a
+    document, and which of the two the user meant is not ours to guess. Merge keys (`<<`) still
+    override, as YAML defines."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key is refused by the constructor itself
+                continue
+            if duplicate:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+        return super().construct_mapping(node, deep)
+
+
 def _yaml_documents(path: Path, flag: str) -> list[Any]:
     text = read_text(path, flag)
     try:
-        return [d for d in yaml.safe_load_all(text) if d]
+        return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d]
+    except _DuplicateKey as exc:
+        raise UserError(f"{flag}: {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{flag}: {path}: not YAML: {str(exc).splitlines()[0]}") from None
     except RecursionError:  # the YAML reader recurses once per level of nesting
