@@ -331,14 +331,41 @@ def test_a_samples_csv_is_refused_in_one_line_or_fitted(data: bytes, extra: list
 
 @st.composite
 def trace_csv(draw: st.DrawFn) -> str:
-    rows = [draw(rarely("TIMESTAMP,ContextTokens,GeneratedTokens", st.text(max_size=20), 10))]
+    """A request log in one of the formats `--trace` reads: Azure's or BurstGPT's CSV, or Mooncake's JSON lines."""
+    fmt = draw(st.sampled_from(["azure", "azure", "burstgpt", "mooncake"]))
+    if fmt == "mooncake":
+        return draw(trace_jsonl())
+    header, width = (("TIMESTAMP,ContextTokens,GeneratedTokens", 3) if fmt == "azure" else
+                     ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type", 6))
+    rows = [draw(rarely(header, st.text(max_size=20), 10))]
     clock = 0.0
     for _ in range(draw(st.integers(0, 10))):
         clock += draw(st.floats(0, 5))
-        good = [f"{clock:.3f}", str(draw(st.integers(0, 100_000))), str(draw(st.integers(0, 5_000)))]
+        prompt, answer = str(draw(st.integers(0, 100_000))), str(draw(st.integers(0, 5_000)))
+        good = ([f"{clock:.3f}", prompt, answer] if width == 3 else
+                [f"{clock:.3f}", "ChatGPT", prompt, answer, "0", "Conversation log"])
         bad = st.one_of(bad_cell, st.sampled_from(["2023-11-16 18:17:03.9799600", "2023-13-45 99:99:99", "now"]))
         rows.append(",".join(draw(rarely(cell, bad, 30)) for cell in good))
     return "\n".join(rows) + "\n"
+
+
+@st.composite
+def trace_jsonl(draw: st.DrawFn) -> str:
+    bad_value = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+                          st.integers(-10**30, 10**30), st.lists(st.integers(), max_size=2))
+    lines = []
+    clock = 0
+    for _ in range(draw(st.integers(0, 10))):
+        clock += draw(st.integers(0, 5_000))
+        doc: dict[str, Any] = {"timestamp": clock, "input_length": draw(st.integers(0, 100_000)),
+                               "output_length": draw(st.integers(0, 5_000)), "hash_ids": [1, 2]}
+        for key in list(doc):
+            doc[key] = draw(rarely(doc[key], bad_value, 30))
+        if draw(st.integers(0, 29)) == 0:
+            del doc[draw(st.sampled_from(sorted(doc)))]
+        line = json.dumps(doc)
+        lines.append(draw(rarely(line, st.sampled_from([line[:-1], "[1, 2]", "", "{}"]), 30)))
+    return "\n".join(lines) + "\n"
 
 
 @FUZZ
@@ -351,10 +378,10 @@ def test_a_trace_is_refused_naming_its_line_or_read_into_finite_requests(data: b
             rows = load_trace(path)
         except UserError as exc:
             assert "\n" not in str(exc)
-            tally("trace CSV", "refused in one line")
+            tally("trace file", "refused in one line")
             return
     assert all(math.isfinite(r.offset) and r.offset >= 0 for r in rows)
-    tally("trace CSV", "read")
+    tally("trace file", "read")
 
 
 HF_KEYS = ["num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
