@@ -179,23 +179,115 @@ class Architecture(ApiModel):
         return self
 
 
+# A decode step's plausible range, the samples' and `plan --fit`'s too (commands/_inputs.py): no pass is
+# shorter than 10 microseconds, none longer than 100 seconds.
+LOAD_TEST_PASS_MS = (0.01, 100_000.0)
+LOAD_TESTS_MAX = 8
+LOAD_TEST_NOISE = 0.10
+
+
+class LoadTestPoint(ApiModel):
+    """One concurrency of a load test: how long a decode step took with that many streams running."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
+        f"double(self.perPassMs) >= {LOAD_TEST_PASS_MS[0]} && double(self.perPassMs) <= {LOAD_TEST_PASS_MS[1]}",
+        f"perPassMs: from {LOAD_TEST_PASS_MS[0]:g} to {LOAD_TEST_PASS_MS[1]:g} ms", ".perPassMs")]})
+
+    batch: int = Field(ge=1, le=CONCURRENCY_MAX, description=(
+        "Streams decoding together: the load test's concurrency, with every stream busy."))
+    per_pass_ms: Decimal = Field(description=(
+        "Milliseconds one decode step took at that batch, e.g. '31.6': the mean time per output token (TPOT) "
+        "a benchmark such as `vllm bench serve` reports at that concurrency. From 0.01 to 100000."))
+
+    @field_validator("per_pass_ms")
+    @classmethod
+    def _plausible(cls, value: str) -> str:
+        low, high = LOAD_TEST_PASS_MS
+        if not low <= float(value) <= high:
+            raise ValueError(f"perPassMs {value} is outside [{low:g}, {high:g}] ms: no decode step takes that long")
+        return value
+
+
+class LoadTest(ApiModel):
+    """A load test the team ran on this model and GPU at one tensor-parallel size. The planner fits its
+    per-pass model to it from the first cycle, instead of the napkin, and carries it to the other TPs with
+    the band a calibration across TPs has (docs/planning.md). Once the fleet has measured that TP itself,
+    its own samples replace the test."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        rule("self.tensorParallelSize in [" + ", ".join(str(t) for t in ALLOWED_TP_SIZES) + "]",
+             "tensorParallelSize: one of " + ", ".join(str(t) for t in ALLOWED_TP_SIZES), ".tensorParallelSize"),
+        rule("self.points.all(p, self.points.filter(q, q.batch == p.batch).size() == 1)",
+             "points: each batch once, with its mean", ".points"),
+        rule("self.points.all(p, self.points.all(q, q.batch <= p.batch || "
+             f"double(q.perPassMs) >= {1.0 - LOAD_TEST_NOISE} * double(p.perPassMs)))",
+             "points: perPassMs must not fall as the batch grows (a decode step takes longer with more streams)",
+             ".points")]})
+
+    tensor_parallel_size: int = Field(ge=1, le=max(ALLOWED_TP_SIZES), description=(
+        "The TP the test ran at (1, 2, 4, 8, 16, 32 or 64)."))
+    context_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description=(
+        "Mean tokens of context each stream held during the test (its prompt and the answer so far). "
+        "Default: the workload's."))
+    points: list[LoadTestPoint] = Field(min_length=2, max_length=64, description=(
+        "The measured batches, at least two different ones (a line needs two)."))
+
+    @field_validator("tensor_parallel_size")
+    @classmethod
+    def _allowed_tp(cls, value: int) -> int:
+        if value not in ALLOWED_TP_SIZES:
+            raise ValueError(f"tensorParallelSize {value} is not one of {', '.join(map(str, ALLOWED_TP_SIZES))}")
+        return value
+
+    @model_validator(mode="after")
+    def _batches(self) -> LoadTest:
+        batches = [p.batch for p in self.points]
+        if len(set(batches)) != len(batches):
+            twice = sorted({b for b in batches if batches.count(b) > 1})
+            raise ValueError(f"points: batch {twice[0]} is given twice; give each batch once, with its mean")
+        # More streams are more work a step: a time that falls with the batch is a mistake (a throughput, or
+        # the columns swapped), not a measurement. A mean's noise is allowed LOAD_TEST_NOISE below the slowest
+        # smaller batch.
+        ordered = sorted(self.points, key=lambda p: p.batch)
+        slowest = ordered[0]
+        for point in ordered[1:]:
+            if float(point.per_pass_ms) < (1.0 - LOAD_TEST_NOISE) * float(slowest.per_pass_ms):
+                raise ValueError(f"points: perPassMs falls from {slowest.per_pass_ms} ms at batch {slowest.batch} to "
+                                 f"{point.per_pass_ms} ms at batch {point.batch}; a decode step takes longer with "
+                                 "more streams (is it a throughput, or are the columns swapped?)")
+            slowest = max(slowest, point, key=lambda p: float(p.per_pass_ms))
+        if not float(ordered[-1].per_pass_ms) > float(ordered[0].per_pass_ms):
+            raise ValueError(f"points: perPassMs does not rise from batch {ordered[0].batch} to batch "
+                             f"{ordered[-1].batch}; a decode step takes longer with more streams")
+        return self
+
+
 class ModelSource(ApiModel):
     """Exactly one of profile, architecture or configMapRef says what the model is."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
-        "[has(self.profile), has(self.architecture), has(self.configMapRef)].filter(x, x).size() == 1",
-        "exactly one of profile, architecture or configMapRef must be set")]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        rule("[has(self.profile), has(self.architecture), has(self.configMapRef)].filter(x, x).size() == 1",
+             "exactly one of profile, architecture or configMapRef must be set"),
+        rule("!has(self.loadTests) || self.loadTests.all(a, "
+             "self.loadTests.filter(b, b.tensorParallelSize == a.tensorParallelSize).size() == 1)",
+             "loadTests: one load test per tensorParallelSize", ".loadTests")]})
 
     weights: str = Field(min_length=1, description="What the engine loads: a Hugging Face id or a path.")
     profile: str | None = Field(default=None, description="A catalog profile, e.g. kimi-k2.6.")
     architecture: Architecture | None = None
     config_map_ref: ConfigMapModelRef | None = None
+    load_tests: list[LoadTest] = Field(default_factory=list, max_length=LOAD_TESTS_MAX, description=(
+        "Load tests already run on this model and GPU, one per TP: the per-pass times the planner starts "
+        "from, where it would otherwise start from a first-principles estimate (2-10x off on real stacks)."))
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelSource:
         given = [n for n in ("profile", "architecture", "config_map_ref") if getattr(self, n) is not None]
         if len(given) != 1:
             raise ValueError("spec.model: exactly one of profile, architecture or configMapRef must be set")
+        tps = [t.tensor_parallel_size for t in self.load_tests]
+        if len(set(tps)) != len(tps):
+            raise ValueError("spec.model.loadTests: one load test per tensorParallelSize")
         return self
 
 

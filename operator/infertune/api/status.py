@@ -147,6 +147,9 @@ class FittedModel(ApiModel):
     batch_max: float | None = Field(default=None, description="Most streams per replica the samples saw.")
     context_min: float | None = Field(default=None, description="Shortest mean context of a stream seen, tokens.")
     context_max: float | None = Field(default=None, description="Longest mean context of a stream seen, tokens.")
+    source: Literal["Fleet", "LoadTest"] = Field(default="Fleet", description=(
+        "Fleet: samples the running pods reported; LoadTest: spec.model.loadTests, until the fleet has "
+        "measured this TP itself."))
 
 
 class FitSamples(ApiModel):

@@ -71,7 +71,10 @@ def pass_interval(c: Candidate) -> str:
     """The per-pass prediction with its interval, where it came from, and which end the planner judged."""
     text = (f"{c.per_pass_seconds * 1e3:.1f} ms (interval {c.per_pass_low_seconds * 1e3:.1f}.."
             f"{c.per_pass_high_seconds * 1e3:.1f} ms, {c.pass_source})")
-    if c.pessimistic:
+    if c.pessimistic and c.pass_source == "calibrated-napkin":
+        text += ("; this TP is not measured (another TP's measurement carried to it), so the SLO floor was "
+                 "judged at the slow end")
+    elif c.pessimistic:
         text += "; beyond the sampled batches, so the SLO floor and sizing were judged at the slow end"
     factor = float(unmeasured_pass_factor(np.array([float(c.max_num_seqs)]))[0])
     if c.pass_source == "napkin" and factor > 1.0:
@@ -79,6 +82,19 @@ def pass_interval(c: Candidate) -> str:
         text += (f"; nothing measured yet, so replicas were sized on a pass up to {factor - 1:.0%} slower (the "
                  "napkin's miss at its B200 load test at this batch)")
     return text
+
+
+def _load_test_lines(resolved: Resolved, status: dict[str, Any]) -> list[str]:
+    """Each declared load test, and whether the fleet's own samples have replaced it yet."""
+    measured = set((status.get("fitSamples") or {}).get("layouts") or {})
+    lines = []
+    for test in resolved.spec.model.load_tests:
+        tp, batches = test.tensor_parallel_size, [p.batch for p in test.points]
+        state = (f"the fleet has samples of TP{tp} too, which replace it once there are enough to fit"
+                 if str(tp) in measured else f"planned on until the fleet measures TP{tp} itself")
+        lines.append(f"load test:    TP{tp}, {len(batches)} batches ({min(batches)}..{max(batches)}) "
+                     f"(spec.model.loadTests): {state}")
+    return lines
 
 
 def _kv_share(fraction: float) -> str:
@@ -98,6 +114,7 @@ def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Pla
                      f"{format_figure(choice.cliff_concurrency, '.0f')} streams), "
                      f"${format_figure(choice.cost_per_million_tokens, '.3f')}/M tokens, region {choice.region.value}")
         lines.append(f"per pass:     {pass_interval(choice)}")
+    lines += _load_test_lines(resolved, status)
     lines += _sizing_lines(resolved, status, the_plan, current)
     last = status.get("recommendation") or {}
     if last:
@@ -106,9 +123,11 @@ def render_explanation(resolved: Resolved, status: dict[str, Any], the_plan: Pla
     fit = status.get("fit") or {}
     if fit.get("terms"):
         terms = ", ".join(f"{name} {value:g}" for name, value in fit["terms"].items())
+        source = ", from spec.model.loadTests" if fit.get("source") == "LoadTest" else ""
         lines.append(f"fit:          TP{fit.get('tensorParallelSize', '?')} per-pass = napkin terms x ({terms}); "
                      f"R² {fit.get('r2', '?')} over {fit.get('samples', '?')} samples, B {fit.get('batchMin', '?')}.."
-                     f"{fit.get('batchMax', '?')}, context {fit.get('contextMin', '?')}..{fit.get('contextMax', '?')}")
+                     f"{fit.get('batchMax', '?')}, context {fit.get('contextMin', '?')}.."
+                     f"{fit.get('contextMax', '?')}{source}")
     observed = status.get("observed") or {}
     if observed.get("metricsAvailable"):
         lines.append(f"observed:     KV {observed.get('kvUsagePercent', '?')}%, "

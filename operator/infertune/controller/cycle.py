@@ -101,8 +101,8 @@ def _condition_events(old: list[Condition], new: list[Condition]) -> list[Event]
 
 def run_cycle(inp: CycleInput) -> CycleOutcome:
     request = inp.resolved.request
-    if inp.fits:
-        request = replace(request, fits=dict(inp.fits))
+    if inp.fits:  # the fleet's own samples replace a declared load test at the TP they measured
+        request = replace(request, fits={**request.fits, **inp.fits})
     workload = inp.workload
     state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
                     rollout_surge=1 if workload is None else workload.max_surge,
@@ -152,7 +152,8 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     applied_tp = (st.layout_of(applied) or Layout(0, 0, 0)).tensor_parallel_size
     # The same cached fit the plan used (model/passfit.py caches by the samples' content).
     perf = PerformanceModel(request.model, request.gpu, the_plan.workload, request.napkin, fits=request.fits)
-    fit = st.fitted(perf.pass_fit(applied_tp) if applied_tp in request.fits else None, applied_tp)
+    fit = st.fitted(perf.pass_fit(applied_tp) if applied_tp in request.fits else None, applied_tp,
+                    load_test=applied_tp not in inp.fits)
     if fit is not None:
         fields["fit"] = fit
     if inp.fit_samples:

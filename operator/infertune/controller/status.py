@@ -208,15 +208,15 @@ def observed(obs: Observation | None, slo: SloTarget, warning: CliffWarning | No
     return out | {k: v for k, v in figures.items() if v is not None}
 
 
-def fitted(fit: PassFit | None, tp: int) -> dict[str, Any] | None:
-    """The applied layout's per-pass fit: each napkin term's coefficient (1 = the napkin's own), R^2, and
-    the batches and contexts its samples span."""
+def fitted(fit: PassFit | None, tp: int, load_test: bool = False) -> dict[str, Any] | None:
+    """The applied layout's per-pass fit: each napkin term's coefficient (1 = the napkin's own), R^2, the
+    batches and contexts its samples span, and whether they are the fleet's or a declared load test's."""
     if fit is None:
         return None
     return {"tensorParallelSize": tp, "terms": {name: round(value, 4) for name, value in fit.terms},
             "r2": round(fit.r2, 4), "samples": fit.samples, "batchMin": round(fit.batch_min, 2),
             "batchMax": round(fit.batch_max, 2), "contextMin": round(fit.context_min),
-            "contextMax": round(fit.context_max)}
+            "contextMax": round(fit.context_max), "source": "LoadTest" if load_test else "Fleet"}
 
 
 def wire_status(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import downward; the controller, the commands and the lab all resolve a resource
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 
 from infertune.api.policy import ServingPolicySpec, apply_policy
@@ -17,9 +18,12 @@ from infertune.errors import SpecError
 from infertune.model import (
     CapacityAssumptions,
     CatalogError,
+    FitError,
     GpuSpec,
     ModelProfile,
     MoeSpec,
+    PerformanceModel,
+    SampleSet,
     Workload,
     gpu_names,
     load_gpu,
@@ -190,6 +194,32 @@ def _tp_sizes(spec: InferenceDeploymentSpec, model: ModelProfile) -> tuple[int, 
     return sizes
 
 
+def _load_test_fits(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSpec,
+                    workload: Workload) -> dict[int, SampleSet]:
+    """spec.model.loadTests as the per-pass samples the planner starts from, each checked as the fit
+    reads it: a test whose fit predicts no pass, or none that is finite, is refused rather than planned on."""
+    fits: dict[int, SampleSet] = {}
+    for index, test in enumerate(spec.model.load_tests):
+        where = f"spec.model.loadTests[{index}]"
+        why = tp_refusal(model, test.tensor_parallel_size)
+        if why is not None:
+            raise SpecError(f"{where}.tensorParallelSize: {why}")
+        context = float(test.context_tokens or 0)  # 0: the workload's context, as for a live sample
+        seconds = tuple(parse_decimal(p.per_pass_ms, f"{where}.points.perPassMs") / 1000 for p in test.points)
+        samples = SampleSet(tuple(float(p.batch) for p in test.points), seconds,
+                            tuple(context for _ in test.points), tuple(1.0 for _ in test.points))
+        perf = PerformanceModel(model, gpu, workload, fits={test.tensor_parallel_size: samples})
+        try:
+            predicted = [perf.per_pass(test.tensor_parallel_size, b).seconds for b in samples.batches]
+        except FitError as exc:
+            raise SpecError(f"{where}: the per-pass fit refuses it: {exc}") from None
+        if not all(math.isfinite(t) and t > 0 for t in predicted):
+            raise SpecError(f"{where}: no per-pass model fits these points (it predicts a pass that is not "
+                            "positive); check that perPassMs grows with the batch")
+        fits[test.tensor_parallel_size] = samples
+    return fits
+
+
 def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSpec) -> PlanRequest:
     t = spec.tuning
     tp_sizes = _tp_sizes(spec, model)
@@ -199,8 +229,10 @@ def build_request(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: GpuSp
     headroom = DEFAULT_KV_HEADROOM_PERCENT if t.kv_headroom_percent is None else t.kv_headroom_percent
     burst = DEFAULT_BURST_HEADROOM_PERCENT if t.burst_headroom_percent is None else t.burst_headroom_percent
     percentile = DEFAULT_BURST_PERCENTILE if t.burst_percentile is None else t.burst_percentile
+    workload = _workload(spec)
     return PlanRequest(
-        model=model, gpu=gpu, workload=_workload(spec), slo=_slo(spec), tp_sizes=tp_sizes,
+        model=model, gpu=gpu, workload=workload, slo=_slo(spec), tp_sizes=tp_sizes,
+        fits=_load_test_fits(spec, model, gpu, workload),
         concurrency_min=(conc.min if conc and conc.min else 1),
         # A default bound never contradicts a bound the spec gives (min 300 alone: max 300, not 256).
         concurrency_max=(conc.max if conc and conc.max else max(256, conc.min or 1 if conc else 1)),
