@@ -227,6 +227,28 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
     return _ok("relayout-cooldown")
 
 
+def check_scale_up_landed(ctx: _Context) -> Check:
+    """A re-layout waits while pods of the last scale-up still load, unless the running shape is unsafe
+    (the model or the engine finds its working set past the KV line) or a full pool gives way. Its rollout
+    would replace those pods first (a Deployment removes unready pods before ready ones) with pods that
+    serve a whole model load from now, not the rest of the load they are into, while the demand that
+    ordered them climbs; and a demand still climbing is not the level a cheaper shape is judged on.
+    Random scenario 212 (coding-agent sessions, an 810 s load): a scale-up from 2 to 4 pods, then 30 s
+    later a move from c=13 to c=15 for 4 GPUs; the fleet served on 2 pods for 14 minutes, and the
+    tighter shape was left as unsafe 18 minutes later, a second rollout into the next burst."""
+    if (not _is_relayout(ctx) or ctx.applied_unsafe or ctx.proposed is None
+            or (ctx.rollout is not None and ctx.rollout.max_unavailable > 0)
+            or not _scale_up_loading(ctx.state, ctx.rails, ctx.now)):
+        return _ok("scale-up-landed")
+    assert ctx.applied is not None
+    loading = ctx.applied.replicas - (ctx.state.ready_replicas or 0)
+    return _hold("scale-up-landed", DecisionReason.SCALE_UP_LOADING,
+                 f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} waits: {loading} "
+                 f"pod(s) of the scale-up {_since(ctx.state.last_scale_up_at, ctx.now):.0f} s ago still load, and a "
+                 f"re-layout now would restart them, a whole model load ({ctx.rails.model_load_seconds:.0f} s) from "
+                 f"now")
+
+
 def check_working_set_measured(ctx: _Context) -> Check:
     """A re-layout made for cost onto a shape with no more KV room per stream waits when, judged at the
     working set the fleet measures (the KV a running stream holds) rather than the request shape, that
@@ -406,6 +428,7 @@ CHECKS: tuple[Callable[[_Context], Check], ...] = (
     check_plan_feasible,
     check_relayout_settled,
     check_relayout_cooldown,
+    check_scale_up_landed,
     check_working_set_measured,
     check_relayout_pays_back,
     check_relayout_keeps_capacity,
@@ -525,7 +548,7 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
 # the SLO by the model (overload inflates the predicted TTFT), but more replicas of what runs still help.
 _RELAYOUT_HOLDS = (DecisionReason.RELAYOUT_IN_PROGRESS, DecisionReason.RELAYOUT_COOLDOWN,
                    DecisionReason.WORKING_SET_ABOVE_PLAN, DecisionReason.WORKING_SET_UNSETTLED,
-                   DecisionReason.PASS_TIME_UNMEASURED,
+                   DecisionReason.PASS_TIME_UNMEASURED, DecisionReason.SCALE_UP_LOADING,
                    DecisionReason.RELAYOUT_NOT_WORTH_IT,
                    DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY, DecisionReason.NO_FEASIBLE_LAYOUT)
 

@@ -116,6 +116,7 @@ class DecisionReason(StrEnum):
     SCALE_DOWN_COOLDOWN = "ScaleDownCooldown"
     SCALE_DOWN_STABILIZING = "ScaleDownStabilizing"
     SCALE_UP_COOLDOWN = "ScaleUpCooldown"
+    SCALE_UP_LOADING = "ScaleUpLoading"
     UP_TO_DATE = "UpToDate"
     WITHIN_HYSTERESIS = "WithinHysteresis"
     WORKING_SET_ABOVE_PLAN = "WorkingSetAbovePlan"
