@@ -270,8 +270,9 @@ def test_a_full_pool_that_misses_the_slo_gives_way_to_the_plans_shape():
 def test_a_full_pool_whose_scale_up_still_loads_does_not_give_way():
     # The same overloaded full pool, but the last scale-up's pods still load: 6 of the 8 are ready. Giving
     # way would count the loading pods as serving, and its rollout would replace them first (a Deployment
-    # removes unready old pods before ready ones) with pods that serve a load later. It waits for them;
-    # once they are ready, or two loads after the scale-up (a pod unready that long is not coming), it goes.
+    # removes unready old pods before ready ones) with pods that serve a load later. It waits for them, as
+    # every re-layout does (ScaleUpLoading, planner/guardrails.py); once they are ready, or two loads after
+    # the scale-up (a pod unready that long is not coming), it goes.
     p = plan(request(2.0, pool=32), fresh(2.0), NOW)
     running, wider = Layout(4, 4, 8), Layout(4, 16, 8)
     carried = 8 * p.replica_peak_rps(running)
@@ -279,7 +280,7 @@ def test_a_full_pool_whose_scale_up_still_loads_does_not_give_way():
     overloaded = replace(fresh(1.2 * carried), ttft_p95_seconds=9.0)
     loading = PlannerState(applied=running, ready_replicas=6, last_scale_up_at=NOW - 300)
     d = decide(wants_wider, loading, overloaded, RAILS, NOW)
-    assert d.action is not Action.RELAYOUT and "2 pod(s) of the last scale-up still load" in d.message
+    assert d.action is not Action.RELAYOUT and "2 pod(s) of the scale-up 300 s ago still load" in d.message
     for state in (replace(loading, ready_replicas=8), replace(loading, last_scale_up_at=NOW - 2 * 600 - 30)):
         d = decide(wants_wider, state, overloaded, RAILS, NOW)
         assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable >= 1

@@ -164,9 +164,6 @@ def check_relayout_keeps_capacity(ctx: _Context) -> Check:
     waits = ("" if ctx.slo_missed or not fills_pool(ctx.plan, ctx.applied) else
              "; a move for cost alone keeps the pods the forecast and the stabilisation window want, and sheds "
              "the burst headroom only once the forecast's bursts read their whole window, so it waits")
-    if _scale_up_loading(ctx.state, ctx.rails, ctx.now):
-        waits += (f"; {ctx.applied.replicas - (ctx.state.ready_replicas or 0)} pod(s) of the last scale-up still "
-                  f"load, and no pod is given up before they serve")
     return _hold("relayout-capacity", DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY,
                  f"rolling {ctx.applied.replicas} x TP{ctx.applied.tensor_parallel_size} into "
                  f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} while keeping the "
