@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infertune.api.spec import PASS_MS_RANGE
 from infertune.errors import UserError
 from infertune.model import ModelProfile, load_model, profile_from_hf_config
 from infertune.planner.request import tp_refusal
@@ -153,13 +154,10 @@ def parse_int_list(value: str, flag: str, high: int | None = None) -> tuple[int,
     return items
 
 
-# What a load test can measure: no replica runs more streams than this, no pass takes a minute or
-# less than 10 µs (a forward pass is dozens of kernels, each launch a few µs; a smaller figure is a
-# unit slip, and one near zero turns every rate derived from it into infinity), no context is longer
-# than ten million tokens.
+# What a load test can measure: no replica runs more streams than this, a pass takes what any pass can
+# (api/spec.py PASS_MS_RANGE, a declared load test's bound too), no context is longer than ten million tokens.
 SAMPLE_BATCH_MAX = 100_000
-SAMPLE_PASS_MS_MIN = 0.01
-SAMPLE_PASS_MS_MAX = 60_000
+SAMPLE_PASS_MS_MIN, SAMPLE_PASS_MS_MAX = PASS_MS_RANGE
 SAMPLE_CONTEXT_MAX = 10_000_000
 
 
@@ -193,7 +191,7 @@ def read_samples(path: str) -> Samples:
                     0 < batch <= SAMPLE_BATCH_MAX and SAMPLE_PASS_MS_MIN <= per_pass <= SAMPLE_PASS_MS_MAX
                     and 0 <= context <= SAMPLE_CONTEXT_MAX):
                 raise UserError(f"{path}: line {line}: batch must be in (0, {SAMPLE_BATCH_MAX:,}], per_pass_ms in "
-                                f"[{SAMPLE_PASS_MS_MIN:g}, {SAMPLE_PASS_MS_MAX:,}] and context_tokens in "
+                                f"[{SAMPLE_PASS_MS_MIN:g}, {SAMPLE_PASS_MS_MAX:,.0f}] and context_tokens in "
                                 f"[0, {SAMPLE_CONTEXT_MAX:,}], "
                                 f"got {row}")
             batches.append(batch)
