@@ -227,6 +227,26 @@ def test_the_arrivals_are_kept_apart_from_a_demand_that_counts_the_queue():
     assert history.arrival_points(KEY) == ()
 
 
+
+def test_a_queue_that_stands_for_minutes_is_remembered_as_the_rate_that_arrived_not_as_more_demand():
+    """A backlog of 600 served at the rate it grows by: the demand now counts the queue to drain it
+    (30 req/s), but the demand remembered for the burst quantile is what arrived, 20 req/s, once the
+    queue stood a drain window. Counting the standing queue again at every poll held a burst that never
+    came for the quantile's whole window after the queue was gone."""
+    history = PressureHistory()
+    for i in range(41):  # ten minutes at 15 s polls: the queue rises to 600 in the first minute and stands
+        obs = Observation("ns", "kimi", sample_time=1_000.0 + 15 * i, available=True, arrival_rate=20.0,
+                          waiting=min(150.0 * i, 600.0))
+        history.record(Snapshot(obs.sample_time, {KEY: obs}))
+        assert obs.demand_rate == pytest.approx(20.0 + min(150.0 * i, 600.0) / 60)
+    remembered = [p.rate for p in history.demand_points(KEY)]
+    assert remembered[:5] == pytest.approx([20.0, 22.5, 25.0, 27.5, 30.0])  # the growth is demand
+    assert max(remembered[9:]) == pytest.approx(20.0)  # a minute after it stopped growing
+    # And a queue draining is fewer arriving than served, never a negative rate.
+    drained = Observation("ns", "kimi", sample_time=1_615.0, available=True, arrival_rate=1.0, waiting=0.0)
+    history.record(Snapshot(drained.sample_time, {KEY: drained}))
+    assert history.demand_points(KEY)[-1].rate == 0.0
+
 @pytest.mark.xfail(strict=True, reason=(
     "known: with no working set measured (an engine without KV figures) the prompt's trend "
     "(model/forecast.py rising, a line through each poll's mean prompt, tested at t >= 2 every cycle and "

@@ -8,7 +8,8 @@ the largest:
 - **current**: the rate now (served requests plus the waiting queue drained over a minute);
 - **burst**: a high quantile of the binned demand over the recent past (at least two model loads; the 98th
   percentile unless the resource names another): traffic that bursts keeps the capacity its bursts took,
-  smooth traffic gets little more than its mean;
+  smooth traffic gets little more than its mean. The points are the demand offered (observe/history.py
+  `offered_rate`), the queue counted as it grows rather than again at every poll it stands;
 - **trend**: the least-squares line through the last load's bins carried one model load ahead, when the
   slope is significant (a ramp is met when it arrives, not a load later);
 - **seasonal**: the level now times the ratio of the learnt daily and weekly profile at now + load to

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from infertune.api.observation import FEW_STREAMS, Observation
+from infertune.api.observation import BACKLOG_DRAIN_SECONDS, FEW_STREAMS, Observation
 from infertune.model.early_warning import (
     CliffWarning,
     PressurePoint,
@@ -84,6 +84,19 @@ _Timed = TypeVar("_Timed", PressurePoint, ShapePoint, StreamContextPoint)
 DEMAND_POINTS = 360
 
 
+def offered_rate(obs: Observation, waiting_before: float) -> float:
+    """Requests/s offered to the fleet: the first-token rate plus the queue's growth since
+    `waiting_before` (the queue up to BACKLOG_DRAIN_SECONDS ago), spread over that window.
+
+    `demand_rate` counts the whole queue as demand to drain within the window: what to size for now, but
+    a queue that stands for ten minutes is counted again at every poll, and a burst quantile over those
+    polls then holds a rate nobody asked for for its whole window after the queue is gone (seen: 15.2
+    req/s held for half an hour while 8-10 arrived). Here only the queue's growth counts, what arrived
+    and was not served: never above `demand_rate`, and equal to it when there was no queue before."""
+    grown = max(obs.waiting or 0.0, 0.0) - max(waiting_before, 0.0)
+    return max(max(obs.arrival_rate or 0.0, 0.0) + grown / BACKLOG_DRAIN_SECONDS, 0.0)
+
+
 class PressureHistory:
     def __init__(self, horizon_seconds: float = 900.0, max_points: int = 512,
                  demand_horizon_seconds: float = 3 * 3600.0) -> None:
@@ -96,8 +109,11 @@ class PressureHistory:
         # When the working set was first measured: the deque above forgets past its horizon.
         self._contexts_since: dict[DeploymentKey, float] = {}
         # The demand each poll saw, for the burst quantile and the trend (model/forecast.py): bounded in
-        # count (an hour and a half at 15 s polls) as well as in time.
+        # count (an hour and a half at 15 s polls) as well as in time. Recorded as offered (`offered_rate`),
+        # so that a queue standing for minutes is not remembered as a burst it never was.
         self._demand: dict[DeploymentKey, deque[DemandPoint]] = {}
+        # The waiting queue over the last BACKLOG_DRAIN_SECONDS, for the queue's growth `offered_rate` reads.
+        self._queues: dict[DeploymentKey, deque[tuple[float, float]]] = {}
         # The arrival rate alone (no queue counted as demand), over the same polls: the level a burst's
         # reading is judged against while a queue inflates the demand's.
         self._arrivals: dict[DeploymentKey, deque[DemandPoint]] = {}
@@ -121,7 +137,7 @@ class PressureHistory:
                            StreamContextPoint(obs.sample_time, obs.running, obs.stream_context_tokens))
             demand = obs.demand_rate
             if demand is not None:
-                self._add_rate(self._demand, key, obs.sample_time, demand)
+                self._add_rate(self._demand, key, obs.sample_time, self._offered(key, obs))
                 self._add_rate(self._arrivals, key, obs.sample_time, max(obs.arrival_rate or 0.0, 0.0))
 
     def _keep(self, recent: deque[_Timed], item: _Timed) -> None:
@@ -129,6 +145,15 @@ class PressureHistory:
         recent.append(item)
         while recent and recent[0].time < item.time - self.horizon:
             recent.popleft()
+
+    def _offered(self, key: DeploymentKey, obs: Observation) -> float:
+        """`offered_rate` of this poll, against the queue this history saw up to a drain window before it."""
+        queue = self._queues.setdefault(key, deque())
+        while queue and queue[0][0] < obs.sample_time - BACKLOG_DRAIN_SECONDS:
+            queue.popleft()
+        before = queue[0][1] if queue else 0.0
+        queue.append((obs.sample_time, max(obs.waiting or 0.0, 0.0)))
+        return offered_rate(obs, before)
 
     def _add_rate(self, kept: dict[DeploymentKey, deque[DemandPoint]], key: DeploymentKey, time: float,
                     rate: float) -> None:
@@ -150,7 +175,7 @@ class PressureHistory:
         held.extend(merged)
 
     def demand_points(self, key: DeploymentKey) -> tuple[DemandPoint, ...]:
-        """The demand each recent poll saw, oldest first."""
+        """The demand each recent poll saw, as offered (`offered_rate`), oldest first."""
         return tuple(self._demand.get(key, ()))
 
     def arrival_points(self, key: DeploymentKey) -> tuple[DemandPoint, ...]:
