@@ -227,7 +227,6 @@ def test_the_arrivals_are_kept_apart_from_a_demand_that_counts_the_queue():
     assert history.arrival_points(KEY) == ()
 
 
-
 def test_a_queue_that_stands_for_minutes_is_remembered_as_the_rate_that_arrived_not_as_more_demand():
     """A backlog of 600 served at the rate it grows by: the demand now counts the queue to drain it
     (30 req/s), but the demand remembered for the burst quantile is what arrived, 20 req/s, once the
@@ -246,6 +245,13 @@ def test_a_queue_that_stands_for_minutes_is_remembered_as_the_rate_that_arrived_
     drained = Observation("ns", "kimi", sample_time=1_615.0, available=True, arrival_rate=1.0, waiting=0.0)
     history.record(Snapshot(drained.sample_time, {KEY: drained}))
     assert history.demand_points(KEY)[-1].rate == 0.0
+    # A resource forgotten (deleted, then made again) starts with no queue remembered: its first poll's
+    # queue is all new, counted whole as the demand counts it, not as a queue that shrank.
+    history.forget(KEY)
+    again = Observation("ns", "kimi", sample_time=1_630.0, available=True, arrival_rate=20.0, waiting=300.0)
+    history.record(Snapshot(again.sample_time, {KEY: again}))
+    assert [p.rate for p in history.demand_points(KEY)] == [pytest.approx(25.0)]
+
 
 @pytest.mark.xfail(strict=True, reason=(
     "known: with no working set measured (an engine without KV figures) the prompt's trend "

@@ -191,6 +191,7 @@ class PressureHistory:
         self._contexts.pop(key, None)
         self._contexts_since.pop(key, None)
         self._demand.pop(key, None)
+        self._queues.pop(key, None)
         self._arrivals.pop(key, None)
 
     def settled(self, key: DeploymentKey, obs: Observation, horizon: float | None = None) -> Observation:
