@@ -516,33 +516,3 @@ def test_while_a_move_waits_for_loading_pods_the_running_shape_still_scales_up()
     _, d = run(3.0, state)
     assert d.action is Action.SCALE_UP and d.target == Layout(8, 16, 8)
     assert "keeping TP8 max-num-seqs 16 (ScaleUpLoading:" in d.message
-
-
-def test_a_shape_the_measured_working_set_outgrows_leaves_for_a_roomier_one_though_it_costs_more():
-    """A running TP4 c=7 is kept by the running shape's looser KV line while a new layout must keep the
-    stricter one, so the plan wants c=6, which needs 52 GPUs against 48. Held as dearer, and behind every
-    scale-up's loading pods, the 2-hour spike's seed 5 kept c=7 for 50 minutes until the spike filled the
-    pool and the shape the grown contexts needed could no longer roll (66.54%, 895 s past the cliff). Once
-    the streams' own KV puts c=7 past the new layout's line, the move goes, loading pods or not; at a
-    working set under that line it stays held as not worth it."""
-    coding = replace(request(3.0), workload=workload_preset("coding-agent"))
-    running = Layout(4, 7, 12)
-
-    def decided(stream_tokens: float, state: PlannerState) -> Decision:
-        obs = replace(fresh(3.0), stream_context_tokens=stream_tokens, stream_context_growth_tokens=0.0,
-                      stream_context_measured_seconds=3000.0)
-        return decide(plan(coding, obs, NOW), state, obs, RAILS, NOW)
-
-    settled = PlannerState(applied=running, recent_recommendations=((NOW - 5000, running.replicas),))
-    below = decided(60_000.0, settled)
-    assert below.action is not Action.RELAYOUT and "RelayoutNotWorthIt" in (below.reason + below.message)
-    assert "needs 52 GPUs against 48: more than now" in below.message
-    for state in (settled, replace(settled, ready_replicas=9, last_scale_up_at=NOW - 30)):
-        d = decided(90_000.0, state)
-        assert d.action is Action.RELAYOUT and d.reason == "WorkingSetOutgrowsLayout"
-        assert d.target is not None and d.target.max_num_seqs == 6 and d.target.tensor_parallel_size == 4
-        assert "TP4 max-num-seqs 7 is outgrown: a running stream holds 90,000 tokens of KV (measured)" in d.message
-        assert "past the KV line 21% of the time, more than the 5% a new layout may start at" in d.message
-    # It is still a re-layout: it waits for the cooldown like any other.
-    cooling = decided(90_000.0, replace(settled, last_relayout_at=NOW - 600))
-    assert cooling.action is not Action.RELAYOUT and "RelayoutCooldown" in (cooling.reason + cooling.message)

@@ -19,9 +19,7 @@ from infertune.planner.rollout import Rollout, peak_gpus, reachable
 from infertune.planner.running import (
     applied_unsafe,
     measured_hold_note,
-    measured_past_new_layout_line,
     measured_working_set_holds,
-    outgrown_note,
     past_cliff,
     roomier,
     slo_missed,
@@ -228,8 +226,7 @@ def check_relayout_cooldown(ctx: _Context) -> Check:
 
 def check_scale_up_landed(ctx: _Context) -> Check:
     """A re-layout waits while pods of the last scale-up still load, unless the running shape is unsafe
-    (the model or the engine finds its working set past the KV line), the working set measured outgrows it
-    (`_leaves_a_shape_outgrowing_its_line`), or a full pool gives way. Its rollout
+    (the model or the engine finds its working set past the KV line) or a full pool gives way. Its rollout
     would replace those pods first (a Deployment removes unready pods before ready ones) with pods that
     serve a whole model load from now, not the rest of the load they are into, while the demand that
     ordered them climbs; and a demand still climbing is not the level a cheaper shape is judged on.
@@ -238,7 +235,6 @@ def check_scale_up_landed(ctx: _Context) -> Check:
     tighter shape was left as unsafe 18 minutes later, a second rollout into the next burst."""
     if (not _is_relayout(ctx) or ctx.applied_unsafe or ctx.proposed is None
             or (ctx.rollout is not None and ctx.rollout.max_unavailable > 0)
-            or _leaves_a_shape_outgrowing_its_line(ctx)
             or not _scale_up_loading(ctx.state, ctx.rails, ctx.now)):
         return _ok("scale-up-landed")
     assert ctx.applied is not None
@@ -248,15 +244,6 @@ def check_scale_up_landed(ctx: _Context) -> Check:
                  f"pod(s) of the scale-up {_since(ctx.state.last_scale_up_at, ctx.now):.0f} s ago still load, and a "
                  f"re-layout now would restart them, a whole model load ({ctx.rails.model_load_seconds:.0f} s) from "
                  f"now")
-
-
-def _leaves_a_shape_outgrowing_its_line(ctx: _Context) -> bool:
-    """A move to more KV room per stream from a running shape the working set measured puts past a new
-    layout's KV line (planner/running.py `measured_past_new_layout_line`): not for cost, so it is not
-    weighed by what it saves, nor held behind a scale-up's loading pods. It still waits for the cooldown,
-    a settled rollout, and a rollout the pool holds."""
-    return (ctx.applied is not None and roomier(ctx.proposed, ctx.applied)
-            and measured_past_new_layout_line(ctx.plan, ctx.applied, ctx.observation))
 
 
 def check_working_set_measured(ctx: _Context) -> Check:
@@ -341,8 +328,7 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
     only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
     saves more than the hysteresis share of the GPUs: two shapes within a replica of each other trade
-    places with every small change of the demand or the fit, and each trade is a model load. A move away
-    from a shape the working set measured outgrows is not for cost, and is not weighed so."""
+    places with every small change of the demand or the fit, and each trade is a model load."""
     if not _is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return _ok("relayout-payback")
     if ctx.rollout.max_unavailable > 0:
@@ -351,10 +337,6 @@ def check_relayout_pays_back(ctx: _Context) -> Check:
         return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
                    "the running shape fills the pool and cannot stay; the rollout's dip queues less than staying")
     assert ctx.proposed is not None
-    if _leaves_a_shape_outgrowing_its_line(ctx):
-        return _ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
-                   "the working set the fleet measures puts the running shape past a new layout's KV line; a roomier "
-                   "shape is not weighed by what it saves")
     price_per_gpu_second = _price(ctx) / 3600.0
     baseline = ctx.current or ctx.applied
     if baseline.gpus - ctx.proposed.gpus < ctx.rails.hysteresis * baseline.gpus:
@@ -534,11 +516,6 @@ def _act(ctx: _Context, checks: list[Check]) -> Decision:
                         tuple(checks), ctx.now)
     if not applied.same_shape(proposed):
         target, message = _rolled(ctx, proposed)
-        if not ctx.applied_unsafe and _leaves_a_shape_outgrowing_its_line(ctx):
-            assert applied is not None
-            note = outgrown_note(ctx.plan, applied, ctx.observation)
-            return Decision(Action.RELAYOUT, target, proposed, DecisionReason.WORKING_SET_OUTGROWS_LAYOUT,
-                            f"{message}; {note}", tuple(checks), ctx.now, ctx.rollout)
         if not ctx.applied_unsafe:
             return Decision(Action.RELAYOUT, target, proposed, DecisionReason.CHEAPER_LAYOUT, message, tuple(checks),
                             ctx.now, ctx.rollout)

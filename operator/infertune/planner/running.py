@@ -12,7 +12,7 @@ import math
 
 from infertune.api.observation import FEW_STREAMS, Observation
 from infertune.model.early_warning import CLIFF_USAGE
-from infertune.planner.candidates import KV_RISK, RUNNING_KV_RISK
+from infertune.planner.candidates import RUNNING_KV_RISK
 from infertune.planner.plan import Plan
 from infertune.planner.types import Layout
 
@@ -86,30 +86,6 @@ def measured_hold_note(plan: Plan, applied: Layout, obs: Observation | None) -> 
             f"{held:,.0f}{ahead} (measured), at which it is past the line "
             f"{_measured_risk(plan, applied, obs) or 0.0:.0%} of the time (a running shape is torn down past "
             f"{RUNNING_KV_RISK:.0%})")
-
-
-def measured_past_new_layout_line(plan: Plan, applied: Layout, obs: Observation | None) -> bool:
-    """Whether the working set the fleet measures, carried a load ahead along its rise, puts the running
-    shape past the KV risk a new layout may start at (`KV_RISK`). The looser running line (`RUNNING_KV_RISK`)
-    is hysteresis against a request shape drifting across the tail test, not headroom to grow into: a shape
-    kept past the new line by the streams' own KV meets the next rise with no room to roll into. The
-    2-hour spike's seed 5 ran TP4 c=7 so for 50 minutes while the plan wanted c=6, each move held as
-    dearer or behind loading pods; the spike then filled the pool, and the c=4-5 the grown contexts needed
-    could not roll (66.54% TTFT within SLA, 895 s past the cliff; docs/bench.md, History)."""
-    risk = _measured_risk(plan, applied, obs)
-    return risk is not None and risk > KV_RISK
-
-
-def outgrown_note(plan: Plan, applied: Layout, obs: Observation | None) -> str:
-    """What `explain` says of a running shape left by `measured_past_new_layout_line`."""
-    held = running_working_set(obs) or 0.0
-    growth = _growth(obs)
-    ahead = f" and {growth:,.0f} more a load ahead" if growth > 0 else ""
-    return (f"TP{applied.tensor_parallel_size} max-num-seqs {applied.max_num_seqs} is outgrown: a running stream "
-            f"holds {held:,.0f} tokens of KV{ahead} (measured), at which it is past the KV line "
-            f"{_measured_risk(plan, applied, obs) or 0.0:.0%} of the time, more than the {KV_RISK:.0%} a new layout "
-            f"may start at; a shape with more room per stream goes while the pool can still roll into it, "
-            f"whatever it costs")
 
 
 def _measured_risk(plan: Plan, applied: Layout, obs: Observation | None) -> float | None:

@@ -121,7 +121,6 @@ class DecisionReason(StrEnum):
     WITHIN_HYSTERESIS = "WithinHysteresis"
     WORKING_SET_ABOVE_PLAN = "WorkingSetAbovePlan"
     WORKING_SET_UNSETTLED = "WorkingSetUnsettled"
-    WORKING_SET_OUTGROWS_LAYOUT = "WorkingSetOutgrowsLayout"
 
 
 @dataclass(frozen=True)
