@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infertune.actuate.workload import Owner, desired_objects
+from infertune.api.flags import owned_flag
 from infertune.api.observation import Observation
-from infertune.api.spec import owned_flag, parse_spec
+from infertune.api.spec import parse_spec
 from infertune.cli import main
 from infertune.commands._inputs import read_samples
 from infertune.errors import InfertuneError, PendingError, SpecError, UserError

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infertune.actuate.workload import VLLM_MULTI_NODE_SCRIPT, Owner, make_leader_worker_set
-from infertune.api.spec import OWNED_ARGS, _owned_flag_regex, owned_flag, parse_spec
+from infertune.api.flags import OWNED_ARGS, owned_flag, owned_flag_regex
+from infertune.api.spec import parse_spec
 from infertune.errors import SpecError
 from infertune.planner.types import Layout
 from tests.unit.test_crds_schema import admission_errors
@@ -102,7 +103,7 @@ def test_any_spelling_of_any_owned_flag_is_refused_by_both(pair: tuple[str, str]
 def test_the_crd_rule_and_the_operator_agree_on_every_string(kind: str, arg: str) -> None:
     import re
     # fullmatch: RE2's `$` is the end of the text; Python's also matches before a final newline.
-    assert (owned_flag(kind, arg) is not None) == bool(re.fullmatch(_owned_flag_regex(kind), arg))
+    assert (owned_flag(kind, arg) is not None) == bool(re.fullmatch(owned_flag_regex(kind), arg))
 
 
 def _vllm_parser() -> argparse.ArgumentParser:

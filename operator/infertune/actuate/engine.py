@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infertune.api.spec import InferenceDeploymentSpec, owned_flag
+from infertune.api.flags import owned_flag
+from infertune.api.spec import InferenceDeploymentSpec
 from infertune.planner.types import Layout
 
 # Seconds the pod keeps serving after it leaves the Service endpoints, so that in-flight streams

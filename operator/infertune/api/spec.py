@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from infertune.api.flags import OWNED_ARGS, flag_name, owned_flag, owned_flag_regex
 from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN, parse_duration
 from infertune.errors import SpecError
 
@@ -29,54 +30,6 @@ ALLOWED_TP_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 # The most streams a replica may be given (max-num-seqs): vLLM's own default on GPUs of 70 GiB and more
 # (docs/sources.md). It bounds what one resource's plan costs (docs/reliability.md).
 CONCURRENCY_MAX = 1024
-# Flags the operator sets itself, or that would undo what it sets (more GPUs per replica than TP; any
-# flag at all from a config file); a user arg naming one of them is a spec error, not a silent override.
-OWNED_ARGS: dict[str, tuple[str, ...]] = {
-    "vllm": ("--tensor-parallel-size", "-tp", "--max-num-seqs", "--gpu-memory-utilization", "--port",
-             "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp", "--config"),
-    "sglang": ("--tp-size", "--tp", "--max-running-requests", "--mem-fraction-static", "--port", "--host",
-               "--nnodes", "--node-rank", "--dist-init-addr", "--pp-size", "--dp-size", "--dp", "--config"),
-}
-
-
-def flag_name(arg: str) -> str | None:
-    """The option an engine's argparse reads from `arg`, as vLLM's parser normalises it: the part before
-    `=`, with `_` read as `-` in a long option. None for a value, a positional, `-` or `--`."""
-    if not arg.startswith("-") or arg in ("-", "--"):
-        return None
-    name = arg.split("=", 1)[0]
-    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
-
-
-def owned_flag(kind: str, arg: str) -> str | None:
-    """The owned flag `arg` would set: the flag itself, in any spelling, or an abbreviation argparse
-    expands to it (argparse takes any unique prefix of a long option, and `-t` for `-tp`)."""
-    name = flag_name(arg)
-    if name is None:
-        return None
-    for flag in OWNED_ARGS[kind]:
-        if flag.startswith("--") == name.startswith("--") and flag.startswith(name) and name.strip("-"):
-            return flag
-    return None
-
-
-def _owned_flag_regex(kind: str) -> str:
-    """`owned_flag` as one RE2 pattern for the CRD's CEL rule: each owned flag or any prefix of it,
-    `-` and `_` alike in long options, optionally followed by `=value`."""
-    def prefixes(flag: str) -> str:
-        dashes = "--" if flag.startswith("--") else "-"
-        body = flag[len(dashes):]
-        assert re.fullmatch(r"[a-z0-9][a-z0-9-]*", body), flag  # no regex metacharacter, no CEL escape
-        pattern = ""
-        for char in reversed(body[1:]):
-            piece = "[-_]" if char == "-" and dashes == "--" else char
-            pattern = f"(?:{piece}{pattern})?"
-        return dashes + body[0] + pattern
-
-    # (?s): a value may hold newlines; RE2 and Python agree on it.
-    return "(?s)^(?:" + "|".join(prefixes(f) for f in OWNED_ARGS[kind]) + ")(?:=.*)?$"
-
-
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
 Decimal = Annotated[str, Field(pattern=DECIMAL_PATTERN)]
 Percent = Annotated[int, Field(ge=0, le=100)]
@@ -317,7 +270,7 @@ _SGLANG_NEEDS_AN_IMAGE = f"kind sglang needs an image: the default, {VLLM_IMAGE}
 
 def _owned_flag_rule(kind: str) -> str:
     return (f"self.kind != '{kind}' || !has(self.extraArgs) || "
-            f"!self.extraArgs.exists(a, a.matches('{_owned_flag_regex(kind)}'))")
+            f"!self.extraArgs.exists(a, a.matches('{owned_flag_regex(kind)}'))")
 
 
 class Engine(ApiModel):
