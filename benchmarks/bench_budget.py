@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from infertune.api.observation import Observation
-from infertune.api.spec import ALLOWED_TP_SIZES, CONCURRENCY_MAX
+from infertune.api.schema import ALLOWED_TP_SIZES, CONCURRENCY_MAX
 from infertune.controller.hub import MetricsHub
 from infertune.controller.memory import MemoryCluster, MemoryReport
 from infertune.controller.reconciler import Reconciler, Resource

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from infertune.api.spec import CONCURRENCY_MAX
+from infertune.api.schema import CONCURRENCY_MAX
 from infertune.commands._inputs import SAMPLE_PASS_MS_MIN, dump_json, number, parse_int_list, writable_file
 from infertune.errors import UserError
 from infertune.model import LinearFit, Workload

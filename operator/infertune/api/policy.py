@@ -7,7 +7,17 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from infertune.api.schema import (
+    ApiModel,
+    Duration,
+)
 from infertune.api.spec import (
+    InferenceDeploymentSpec,
+    Slo,
+    WorkloadHints,
+    describe_error,
+)
+from infertune.api.tuning import (
     BURST_HEADROOM_DESCRIPTION,
     BURST_PERCENTILE_DESCRIPTION,
     HYSTERESIS_DESCRIPTION,
@@ -15,15 +25,9 @@ from infertune.api.spec import (
     MAX_REPLICA_STEP_DESCRIPTION,
     STALE_AFTER_DESCRIPTION,
     TP_SIZES_DESCRIPTION,
-    ApiModel,
     ConcurrencyRange,
     Cooldowns,
-    Duration,
-    InferenceDeploymentSpec,
     ReplicaRange,
-    Slo,
-    WorkloadHints,
-    describe_error,
 )
 from infertune.errors import SpecError
 

@@ -4,20 +4,28 @@ operator's own validation.
 No floats (Kubernetes API conventions): percents are integers, times are milliseconds or duration
 strings, prices are decimal strings. Fields a ServingPolicy may supply default to None here and get
 their effective default only after the policy merge (`infertune.api.policy`), because a CRD default
-would make every resource silently override its policy.
+would make every resource silently override its policy. `spec.tuning` is in api/tuning.py, `spec.metrics`
+in api/metrics_source.py, what every model shares in api/schema.py, and the owned engine flags in api/flags.py.
 """
 
 from __future__ import annotations
 
-import re
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from infertune.api.flags import OWNED_ARGS, flag_name, owned_flag, owned_flag_regex
-from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN, parse_duration
+from infertune.api.metrics_source import Metrics
+from infertune.api.schema import (
+    ALLOWED_TP_SIZES,
+    CONCURRENCY_MAX,
+    DURATION_FORMAT,
+    ApiModel,
+    Decimal,
+    Duration,
+    rule,
+)
+from infertune.api.tuning import Tuning
 from infertune.errors import SpecError
 
 GROUP = "infertune.io"
@@ -26,52 +34,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "InferenceDeployment"
 PLURAL = "inferencedeployments"
 
-ALLOWED_TP_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-# The most streams a replica may be given (max-num-seqs): vLLM's own default on GPUs of 70 GiB and more
-# (docs/sources.md). It bounds what one resource's plan costs (docs/reliability.md).
-CONCURRENCY_MAX = 1024
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
-Decimal = Annotated[str, Field(pattern=DECIMAL_PATTERN)]
-Percent = Annotated[int, Field(ge=0, le=100)]
-
-# How a duration is written (DURATION_PATTERN), for the description of every duration field.
-DURATION_FORMAT = "A duration: numbers with units h, m, s or ms, no spaces, e.g. '90s', '1m30s', '1.5h', '800ms'."
-
-
-class TuningMode(StrEnum):
-    """Auto applies decisions; Recommend only writes them to status; Off holds the workload as it is."""
-
-    AUTO = "Auto"
-    RECOMMEND = "Recommend"
-    OFF = "Off"
-
-
 EngineKind = Literal["vllm", "sglang"]
 WorkloadPreset = Literal["coding-agent", "chat", "batch"]
-
-
-def rule(expression: str, message: str, field_path: str | None = None) -> dict[str, Any]:
-    """One CEL `x-kubernetes-validations` entry, attached to the schema by crdgen."""
-    entry: dict[str, Any] = {"rule": expression, "message": message}
-    if field_path:
-        entry["fieldPath"] = field_path
-    return entry
-
-
-class ApiModel(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are an error, not a silent drop."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-    def wire(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-
-class KeyRef(ApiModel):
-    """A key in a Secret or ConfigMap of the resource's namespace."""
-
-    name: str = Field(min_length=1, description="Name of the object in the resource's namespace.")
-    key: str = Field(min_length=1, description="Key inside the object.")
 
 
 class ConfigMapModelRef(ApiModel):
@@ -412,210 +376,6 @@ class PolicyRef(ApiModel):
     (status.policy)."""
 
     name: str = Field(min_length=1, description="Name of the ServingPolicy.")
-
-
-def _range_rule(what: str) -> dict[str, Any]:
-    return rule("!has(self.min) || !has(self.max) || self.min <= self.max", f"{what}: min must be <= max")
-
-
-class ConcurrencyRange(ApiModel):
-    """The range of max-num-seqs the planner chooses from: the streams one replica runs at once (vLLM
-    --max-num-seqs, SGLang --max-running-requests)."""
-
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_range_rule("concurrency")]})
-
-    min: int | None = Field(default=None, ge=1, le=CONCURRENCY_MAX, description="Default 1.")
-    max: int | None = Field(default=None, ge=1, le=CONCURRENCY_MAX, description=(
-        "Default 256, or min when that is larger."))
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ConcurrencyRange:
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"spec.tuning.concurrency: min {self.min} > max {self.max}")
-        return self
-
-
-class ReplicaRange(ApiModel):
-    """The range of replicas the operator scales within; spec.hardware.poolGpus may cap it further."""
-
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_range_rule("replicas")]})
-
-    min: int | None = Field(default=None, ge=0, le=1024, description=(
-        "Default 1. 0 is read as 1, not as scale to zero: a running replica is what the demand is measured "
-        "on, so the operator keeps one, and with no traffic at all it scales down to it."))
-    max: int | None = Field(default=None, ge=1, le=1024, description="Default 64, or min when that is larger.")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ReplicaRange:
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"spec.tuning.replicas: min {self.min} > max {self.max}")
-        return self
-
-
-class Cooldowns(ApiModel):
-    """The least time between changes of each kind."""
-
-    scale_up: Duration | None = Field(default=None, description=(
-        "Least time between two scale-ups; skipped when the running layout is unsafe or the observed TTFT or "
-        "per-stream speed misses the SLO. Default 1m. " + DURATION_FORMAT))
-    scale_down: Duration | None = Field(default=None, description=(
-        "Least time from the last scale change, up or down, to a scale-down. Default 5m. " + DURATION_FORMAT))
-    relayout: Duration | None = Field(default=None, description=(
-        "Least time between two re-layouts (a new TP or max-num-seqs: every replica restarts). A layout whose "
-        "KV working set is over the headroom line, or that the engine reports past the cliff, is left within "
-        "it; a rollout that gives serving pods up waits twice it. Default 30m. " + DURATION_FORMAT))
-    scale_down_stabilization: Duration | None = Field(default=None, description=(
-        "HPA-style scale-down stabilisation window: replicas go down only to the highest count recommended "
-        "within it. The operator never uses a window shorter than the model load (spec.engine.startupSeconds), "
-        "since a replica released on a dip takes a model load to come back: 5m with a 15-minute load is a "
-        "15-minute window. Default 5m. " + DURATION_FORMAT))
-
-
-# The descriptions of the tuning fields a ServingPolicy may also set (api/policy.py), so the two CRDs say the
-# same. The defaults they state are the planner's (planner/request.py, planner/types.py `Guardrails`);
-# tests/unit/test_crds_schema.py checks that they agree.
-TP_SIZES_DESCRIPTION = (
-    "Tensor-parallel sizes (GPUs per replica) the planner may choose from, each one of "
-    + ", ".join(str(t) for t in ALLOWED_TP_SIZES) + ", and each one the model's attention heads allow (the spec "
-    "is invalid otherwise). Default: those of 1, 2, 4 and 8 the model allows. A size above "
-    "spec.hardware.gpusPerNode runs each replica across nodes, as a LeaderWorkerSet.")
-KV_HEADROOM_DESCRIPTION = (
-    "Share of each replica's KV cache kept free, percent 0-90: a layout qualifies only while its KV working set "
-    "stays under the line at (100 - this)% of the KV pool at the load it is sized for (a new layout may cross it "
-    "5% of the time, a running one 25% before it is replaced). The CacheHeadroom condition warns against the "
-    "same line. Default 10.")
-HYSTERESIS_DESCRIPTION = (
-    "Replica changes smaller than this percentage of the running count are not made (WithinHysteresis), unless "
-    "the running layout is unsafe or a scale-up answers an observed SLO miss; a re-layout must save more than "
-    "this share of the GPUs. Percent 0-100. Default 10.")
-MAX_REPLICA_STEP_DESCRIPTION = (
-    "Most replicas one decision adds or removes; a larger change takes several decisions, each behind its "
-    "cooldown. A re-layout is not bound by it. Default 4.")
-STALE_AFTER_DESCRIPTION = (
-    "Metrics whose newest sample is older than this hold every decision (MetricsStale). Default 2m. "
-    + DURATION_FORMAT)
-BURST_HEADROOM_DESCRIPTION = (
-    "Capacity kept spare, when replicas are sized, above the demand now and the level its trend and "
-    "daily profile forecast one model load ahead, for bursts faster than a model load; where the recent "
-    "bursts' percentile (burstPercentile) asks for more, that figure is the spare and nothing is stacked "
-    "on it. The GPUs it holds are reported in status.recommendation.burstHeadroomGpus. Default 15.")
-BURST_PERCENTILE_DESCRIPTION = (
-    "The percentile of the recent demand (over at least two model loads, in bins a quarter of a load "
-    "wide) that replicas are sized to hold: the bursts standing capacity absorbs. Lower spends fewer "
-    "GPUs and leaves more bursts to queue, and a replica that queues runs every slot, where its KV "
-    "working set is largest. Default 98.")
-
-
-class Tuning(ApiModel):
-    """How the operator tunes TP, max-num-seqs and replicas, and the guardrails on each change. A field left
-    unset takes the ServingPolicy's (spec.policyRef), else the operator's default."""
-
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
-        "!has(self.tensorParallelSizes) || self.tensorParallelSizes.all(t, t in "
-        + "[" + ", ".join(str(t) for t in ALLOWED_TP_SIZES) + "])",
-        "tensorParallelSizes: each must be one of " + ", ".join(str(t) for t in ALLOWED_TP_SIZES),
-        ".tensorParallelSizes")]})
-
-    mode: TuningMode = Field(default=TuningMode.AUTO, description=(
-        "Auto applies decisions; Recommend only writes them to status.recommendation; Off holds the workload "
-        "as it is, as the infertune.io/paused: \"true\" annotation does. In every mode a resource with no "
-        "workload yet gets one, at the layout planned on the workload hints. Default Auto."))
-    tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7,
-                                                    description=TP_SIZES_DESCRIPTION)
-    concurrency: ConcurrencyRange | None = None
-    replicas: ReplicaRange | None = None
-    kv_headroom_percent: int | None = Field(default=None, ge=0, le=90, description=KV_HEADROOM_DESCRIPTION)
-    burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=BURST_HEADROOM_DESCRIPTION)
-    burst_percentile: int | None = Field(default=None, ge=50, le=99, description=BURST_PERCENTILE_DESCRIPTION)
-    hysteresis_percent: Percent | None = Field(default=None, description=HYSTERESIS_DESCRIPTION)
-    max_replica_step: int | None = Field(default=None, ge=1, description=MAX_REPLICA_STEP_DESCRIPTION)
-    interval: Duration = Field(default="30s", description=(
-        "How often the tuning cycle runs for this resource. It runs on the operator's timer (--cycle-seconds, "
-        "30 s unless set): a shorter interval runs no more often than the timer, a longer one at the first "
-        "firing after it has passed. Default 30s. " + DURATION_FORMAT))
-    stale_after: Duration | None = Field(default=None, description=STALE_AFTER_DESCRIPTION)
-    cooldowns: Cooldowns | None = None
-
-    @model_validator(mode="after")
-    def _allowed_tp(self) -> Tuning:
-        for index, tp in enumerate(self.tensor_parallel_sizes or ()):
-            if tp not in ALLOWED_TP_SIZES:
-                raise ValueError(f"spec.tuning.tensorParallelSizes[{index}]: {tp} is not one of "
-                                 + ", ".join(str(t) for t in ALLOWED_TP_SIZES))
-        return self
-
-
-# A base URL a tenant may name: http(s), a host, an optional path; no userinfo, query or fragment, so
-# nothing written here can become part of a query (observe/http.py parses it again before any use).
-PROMETHEUS_URL_PATTERN = r"^https?://[^/?#@\s]+(/[^?#\s]*)?$"
-PROMETHEUS_URL_MAX_LENGTH = 2048
-SOURCE_TIMEOUT_MIN, SOURCE_TIMEOUT_MAX = "100ms", "30s"
-
-
-class PrometheusSource(ApiModel):
-    """The Prometheus that scrapes this deployment's engine pods, and how to reach it."""
-
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        rule(f"duration(self.timeout) >= duration('{SOURCE_TIMEOUT_MIN}') && "
-             f"duration(self.timeout) <= duration('{SOURCE_TIMEOUT_MAX}')",
-             f"timeout must be between {SOURCE_TIMEOUT_MIN} and {SOURCE_TIMEOUT_MAX}", ".timeout"),
-        rule("!has(self.bearerTokenSecretRef) || !has(self.url) || self.url.startsWith('https://') || "
-             "self.allowTokenOverHttp",
-             "bearerTokenSecretRef with a plain http url sends the token in the clear: use https, or set "
-             "allowTokenOverHttp", ".url"),
-    ]})
-
-    url: str | None = Field(
-        default=None, max_length=PROMETHEUS_URL_MAX_LENGTH, json_schema_extra={"pattern": PROMETHEUS_URL_PATTERN},
-        description="Default: the operator's --prometheus-url. http(s)://host[:port][/path], no user, query or "
-                    "fragment; the platform may restrict it to an allow-list.")
-    bearer_token_secret_ref: KeyRef | None = Field(default=None, description=(
-        "A Secret key of the resource's namespace holding the bearer token sent to Prometheus; it is read on "
-        "every poll, so a rotated token is picked up. Unset: no token, or with url unset the operator's own "
-        "(--prometheus-token-secret)."))
-    ca_config_map_ref: KeyRef | None = Field(default=None, description=(
-        "A ConfigMap key of the resource's namespace holding the PEM CA bundle that verifies an https url. "
-        "caSecretRef wins when both are set. Unset, with no caSecretRef: the system's CAs."))
-    ca_secret_ref: KeyRef | None = Field(default=None, description=(
-        "A Secret key of the resource's namespace holding the PEM CA bundle that verifies an https url. Unset: "
-        "caConfigMapRef, else the system's CAs."))
-    timeout: Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)] = Field(
-        default="5s", description="Deadline of each request (a poll may take twice it), 100ms..30s. "
-                                   + DURATION_FORMAT)
-    allow_token_over_http: bool = Field(default=False, description=(
-        "Send the bearer token to a plain http url: only on a network you trust."))
-
-    @field_validator("url")
-    @classmethod
-    def _base_url(cls, url: str | None) -> str | None:
-        # The CRD's pattern, with a message that says which rule the URL breaks.
-        if url is not None and not re.fullmatch(PROMETHEUS_URL_PATTERN, url):
-            raise ValueError("must be http(s)://host[:port][/path] with no user, query ('?') or fragment ('#')")
-        return url
-
-    @model_validator(mode="after")
-    def _bounded(self) -> PrometheusSource:
-        seconds = parse_duration(self.timeout, "spec.metrics.prometheus.timeout")
-        if not parse_duration(SOURCE_TIMEOUT_MIN) <= seconds <= parse_duration(SOURCE_TIMEOUT_MAX):
-            raise ValueError(f"spec.metrics.prometheus.timeout: {self.timeout} is outside "
-                             f"{SOURCE_TIMEOUT_MIN}..{SOURCE_TIMEOUT_MAX}")
-        if (self.bearer_token_secret_ref is not None and self.url is not None and not self.url.startswith("https://")
-                and not self.allow_token_over_http):
-            raise ValueError("spec.metrics.prometheus.url: a bearer token would be sent over plain http; use "
-                             "https, or set allowTokenOverHttp: true")
-        return self
-
-
-class Metrics(ApiModel):
-    """Where the operator reads the engine's figures (KV use, queue, TTFT, decode speed, request rate)."""
-
-    source: Literal["Prometheus", "Pods"] = Field(default="Prometheus", description=(
-        "Prometheus: query a Prometheus that scrapes the engine pods (spec.metrics.prometheus). Pods: the "
-        "operator scrapes each ready pod's /metrics on spec.engine.port itself, which needs its RBAC to list "
-        "pods. Default Prometheus."))
-    prometheus: PrometheusSource | None = Field(default=None, description=(
-        "The Prometheus to query when source is Prometheus; ignored for Pods. Unset: the operator's own "
-        "(--prometheus-url), with the operator's token if it has one."))
 
 
 class InferenceDeploymentSpec(ApiModel):

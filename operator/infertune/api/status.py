@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from infertune.api.policy import ServingPolicySpec
-from infertune.api.spec import ApiModel
+from infertune.api.schema import ApiModel
 
 # Every time the operator writes (controller/status.py `iso`).
 TIMESTAMP = "RFC 3339, UTC"

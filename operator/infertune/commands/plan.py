@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infertune.api.quantities import format_figure
-from infertune.api.spec import CONCURRENCY_MAX
+from infertune.api.schema import CONCURRENCY_MAX
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
     check_tp,

@@ -14,7 +14,8 @@ import yaml
 from infertune.actuate.workload import Owner, desired_objects
 from infertune.api.names import name_refusal, namespace_refusal
 from infertune.api.policy import POLICY_KIND, ServingPolicySpec, parse_policy
-from infertune.api.spec import API_VERSION, CONCURRENCY_MAX, KIND, InferenceDeploymentSpec, parse_spec
+from infertune.api.schema import CONCURRENCY_MAX
+from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec, parse_spec
 from infertune.commands._inputs import number
 from infertune.errors import UserError
 from infertune.planner.request import Resolved, resolve, starting_layout

@@ -16,7 +16,7 @@ from infertune.api.conditions import (
     merge_conditions,
 )
 from infertune.api.observation import MetricsFault, Observation
-from infertune.api.spec import TuningMode
+from infertune.api.schema import TuningMode
 from infertune.controller import status as st
 from infertune.model.early_warning import CliffWarning
 from infertune.model.forecast import DemandPoint, SeasonalProfile, outlook

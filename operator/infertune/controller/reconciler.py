@@ -34,7 +34,8 @@ from infertune.api.names import name_refusal
 from infertune.api.observation import Observation
 from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.quantities import parse_duration
-from infertune.api.spec import TuningMode, parse_spec
+from infertune.api.schema import TuningMode
+from infertune.api.spec import parse_spec
 from infertune.api.status import PolicySnapshot
 from infertune.controller.cycle import CycleInput, CycleOutcome, run_cycle
 from infertune.controller.sources import Route, route_of

@@ -1,0 +1,85 @@
+"""Where a resource's engine figures come from (`spec.metrics`): a Prometheus that scrapes the pods, with
+its URL, credentials and timeout checked before any query is built, or the pods' own /metrics.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from infertune.api.quantities import DURATION_PATTERN, parse_duration
+from infertune.api.schema import DURATION_FORMAT, ApiModel, KeyRef, rule
+
+# A base URL a tenant may name: http(s), a host, an optional path; no userinfo, query or fragment, so
+# nothing written here can become part of a query (observe/http.py parses it again before any use).
+PROMETHEUS_URL_PATTERN = r"^https?://[^/?#@\s]+(/[^?#\s]*)?$"
+PROMETHEUS_URL_MAX_LENGTH = 2048
+SOURCE_TIMEOUT_MIN, SOURCE_TIMEOUT_MAX = "100ms", "30s"
+
+
+class PrometheusSource(ApiModel):
+    """The Prometheus that scrapes this deployment's engine pods, and how to reach it."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        rule(f"duration(self.timeout) >= duration('{SOURCE_TIMEOUT_MIN}') && "
+             f"duration(self.timeout) <= duration('{SOURCE_TIMEOUT_MAX}')",
+             f"timeout must be between {SOURCE_TIMEOUT_MIN} and {SOURCE_TIMEOUT_MAX}", ".timeout"),
+        rule("!has(self.bearerTokenSecretRef) || !has(self.url) || self.url.startsWith('https://') || "
+             "self.allowTokenOverHttp",
+             "bearerTokenSecretRef with a plain http url sends the token in the clear: use https, or set "
+             "allowTokenOverHttp", ".url"),
+    ]})
+
+    url: str | None = Field(
+        default=None, max_length=PROMETHEUS_URL_MAX_LENGTH, json_schema_extra={"pattern": PROMETHEUS_URL_PATTERN},
+        description="Default: the operator's --prometheus-url. http(s)://host[:port][/path], no user, query or "
+                    "fragment; the platform may restrict it to an allow-list.")
+    bearer_token_secret_ref: KeyRef | None = Field(default=None, description=(
+        "A Secret key of the resource's namespace holding the bearer token sent to Prometheus; it is read on "
+        "every poll, so a rotated token is picked up. Unset: no token, or with url unset the operator's own "
+        "(--prometheus-token-secret)."))
+    ca_config_map_ref: KeyRef | None = Field(default=None, description=(
+        "A ConfigMap key of the resource's namespace holding the PEM CA bundle that verifies an https url. "
+        "caSecretRef wins when both are set. Unset, with no caSecretRef: the system's CAs."))
+    ca_secret_ref: KeyRef | None = Field(default=None, description=(
+        "A Secret key of the resource's namespace holding the PEM CA bundle that verifies an https url. Unset: "
+        "caConfigMapRef, else the system's CAs."))
+    timeout: Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)] = Field(
+        default="5s", description="Deadline of each request (a poll may take twice it), 100ms..30s. "
+                                   + DURATION_FORMAT)
+    allow_token_over_http: bool = Field(default=False, description=(
+        "Send the bearer token to a plain http url: only on a network you trust."))
+
+    @field_validator("url")
+    @classmethod
+    def _base_url(cls, url: str | None) -> str | None:
+        # The CRD's pattern, with a message that says which rule the URL breaks.
+        if url is not None and not re.fullmatch(PROMETHEUS_URL_PATTERN, url):
+            raise ValueError("must be http(s)://host[:port][/path] with no user, query ('?') or fragment ('#')")
+        return url
+
+    @model_validator(mode="after")
+    def _bounded(self) -> PrometheusSource:
+        seconds = parse_duration(self.timeout, "spec.metrics.prometheus.timeout")
+        if not parse_duration(SOURCE_TIMEOUT_MIN) <= seconds <= parse_duration(SOURCE_TIMEOUT_MAX):
+            raise ValueError(f"spec.metrics.prometheus.timeout: {self.timeout} is outside "
+                             f"{SOURCE_TIMEOUT_MIN}..{SOURCE_TIMEOUT_MAX}")
+        if (self.bearer_token_secret_ref is not None and self.url is not None and not self.url.startswith("https://")
+                and not self.allow_token_over_http):
+            raise ValueError("spec.metrics.prometheus.url: a bearer token would be sent over plain http; use "
+                             "https, or set allowTokenOverHttp: true")
+        return self
+
+
+class Metrics(ApiModel):
+    """Where the operator reads the engine's figures (KV use, queue, TTFT, decode speed, request rate)."""
+
+    source: Literal["Prometheus", "Pods"] = Field(default="Prometheus", description=(
+        "Prometheus: query a Prometheus that scrapes the engine pods (spec.metrics.prometheus). Pods: the "
+        "operator scrapes each ready pod's /metrics on spec.engine.port itself, which needs its RBAC to list "
+        "pods. Default Prometheus."))
+    prometheus: PrometheusSource | None = Field(default=None, description=(
+        "The Prometheus to query when source is Prometheus; ignored for Pods. Unset: the operator's own "
+        "(--prometheus-url), with the operator's token if it has one."))
