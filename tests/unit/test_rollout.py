@@ -23,9 +23,8 @@ from infertune.planner import (
     next_state,
     plan,
 )
-from infertune.planner.guardrails import stabilization_window
 from infertune.planner.rollout import Demand, giving_way, peak_gpus, plan_rollout, queued_request_seconds, reachable
-from infertune.planner.types import DecisionReason
+from infertune.planner.types import DecisionReason, stabilization_window
 
 # The B200 load test's pass at TP8, measured: a re-layout for cost never waits on the napkin alone here.
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 7, 1, 32)

@@ -55,7 +55,7 @@ from infertune.planner.types import (
     stabilization_window,
 )
 
-__all__ = ["CHECKS", "Check", "Decision", "Reason", "decide", "next_state", "stabilization_window"]
+__all__ = ["Check", "Decision", "Reason", "decide", "next_state"]
 
 
 @dataclass(frozen=True)
