@@ -36,11 +36,30 @@ def test_a_batch_to_predict_past_any_replica_is_refused(capsys: pytest.CaptureFi
         assert refused(code, out, err, "--predict", "at most 100,000"), err
 
 
-def test_samples_whose_line_falls_below_zero_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """Pass times that fall as the batch grows fitted a line predicting -104 ms and -9.6 tok/s at batch 64."""
-    samples = write(tmp_path / "falling.csv", "batch,per_pass_ms\n1,30\n2,20\n4,10\n8,5\n")
-    code, out, err = run(capsys, "fit", "--samples", samples)
-    assert refused(code, out, err, "falling.csv", "at batch 16", "per_pass_ms grows with batch"), err
+@pytest.mark.parametrize("rows", [
+    "1,30\n2,20\n4,10\n8,5\n",  # fitted a line predicting -104 ms and -9.6 tok/s at batch 64
+    "1,10\n2,9.8\n4,9.6\n8,9.4\n",  # fitted a falling line, printed as faster streams at larger batches
+    "1,10\n2,10\n4,10\n",  # batching for free: `plan --samples` planned the largest batch the KV holds
+])
+def test_samples_whose_pass_does_not_rise_with_the_batch_are_refused(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, rows: str) -> None:
+    """`fit` and `plan --samples` read the same file the same way; a declared load test is refused alike."""
+    samples = write(tmp_path / "falling.csv", "batch,per_pass_ms\n" + rows)
+    for argv in (["fit", "--samples", samples], ["plan", "--samples", samples, "--fit-tp", "8"]):
+        code, out, err = run(capsys, *argv)
+        assert refused(code, out, err, "falling.csv", "does not rise with the batch", "from batch 1"), err
+
+
+def test_noisy_rows_that_rise_overall_and_rows_at_other_contexts_are_fitted(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Raw rows are judged by their least-squares slope, per context: one noisy row, or a larger batch of
+    shorter contexts passing faster, is a measurement, not a mistake."""
+    noisy = write(tmp_path / "noisy.csv", "batch,per_pass_ms\n1,10\n2,9.5\n4,12\n8,14\n")
+    contexts = write(tmp_path / "contexts.csv", "batch,per_pass_ms,context_tokens\n"
+                                                "1,10,8000\n4,14,8000\n8,9,1000\n16,12,1000\n")
+    for samples in (noisy, contexts):
+        code, out, err = run(capsys, "fit", "--samples", samples, "--output", "json")
+        assert code == 0 and err == "" and '"slope_ms"' in out, err
 
 
 def test_a_pass_shorter_than_any_engine_runs_is_refused_at_its_line(capsys: pytest.CaptureFixture[str],

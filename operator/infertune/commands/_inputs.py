@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -199,7 +200,36 @@ def read_samples(path: str) -> Samples:
             contexts.append(context)
     if len(batches) < 3:
         raise UserError(f"{path}: need at least 3 samples, got {len(batches)}")
+    flat = _flat_or_falling(batches, seconds, contexts)
+    if flat is not None:
+        slope_ms, low, high, context = flat
+        at = f" at context {context:,.0f}" if has_context else ""
+        raise UserError(f"{path}: per_pass_ms does not rise with the batch ({slope_ms:+.3g} ms a stream from batch "
+                        f"{low:g} to {high:g}{at}, least squares); a decode step takes longer with more streams "
+                        "(is it a throughput, or are the columns swapped?)")
     return Samples(tuple(batches), tuple(seconds), tuple(contexts) if has_context else None)
+
+
+def _flat_or_falling(batches: list[float], seconds: list[float],
+                     contexts: list[float]) -> tuple[float, float, float, float] | None:
+    """The first set of rows at one context that spans two batches or more and whose pass time does not
+    rise with the batch: its least-squares slope (ms a stream), batch range and context. A least-squares
+    slope, not a row-by-row rule as for a declared load test's means (api/spec.py `LoadTest`): raw rows,
+    at fractional mean batches, are noisy one by one. Rows at different contexts are not compared, since a
+    larger batch of shorter contexts may well pass faster."""
+    by_context: dict[float, list[tuple[float, float]]] = {}
+    for batch, second, context in zip(batches, seconds, contexts, strict=True):
+        by_context.setdefault(context, []).append((batch, second))
+    for context, rows in by_context.items():
+        xs = [b for b, _ in rows]
+        if max(xs) == min(xs):
+            continue
+        mean_x, mean_y = statistics.fmean(xs), statistics.fmean(s for _, s in rows)
+        slope = (sum((b - mean_x) * (s - mean_y) for b, s in rows)
+                 / sum((b - mean_x) ** 2 for b in xs))
+        if not slope > 0:
+            return slope * 1e3, min(xs), max(xs), context
+    return None
 
 
 def cluster_client() -> KubeClient:
