@@ -33,7 +33,7 @@ def _cell(value: Any, fmt: str) -> str:
 
 def markdown(result: ScenarioResult) -> str:
     lines = [f"**{result.name}** ({result.note}; model load {result.load_seconds:g} s, "
-             f"pool {result.pool_gpus} GPUs)", "",
+             f"pool {result.pool_gpus} GPUs, router {result.router})", "",
              "| policy | " + " | ".join(h for h, _, _ in COLUMNS) + " |",
              "|---|" + "---:|" * len(COLUMNS)]
     for name, r in result.results.items():
@@ -82,7 +82,7 @@ def frontier_markdown(result: ScenarioResult) -> str:
 def document(result: ScenarioResult) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "scenario": result.name, "note": result.note, "duration_seconds": result.duration,
-        "model_load_seconds": result.load_seconds, "pool_gpus": result.pool_gpus,
+        "model_load_seconds": result.load_seconds, "pool_gpus": result.pool_gpus, "router": result.router,
         "policies": {name: r.as_json() for name, r in result.results.items()}}
     if result.frontier:
         ours = result.frontier.get("infertune", ())

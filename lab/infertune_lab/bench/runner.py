@@ -31,6 +31,7 @@ class RunSetup:
     slo: Slo
     price_per_gpu_hour: float
     pool_gpus: int  # every policy's pods share this many GPUs; the rest wait Pending
+    router: str = "session-affinity"  # the gateway in front of every policy's pods (sim/fleet.py ROUTERS)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def run_policy(setup: RunSetup, policy: Policy, keep_records: bool = False) -> P
     begin = setup.case.warmup
     end = begin + setup.case.duration
     traffic = CountedTraffic(setup.case.traffic(), begin, end)
-    fleet = Fleet(traffic, router="session-affinity", seed=setup.case.seed, sample_interval=CLIFF_SAMPLE_SECONDS)
+    fleet = Fleet(traffic, router=setup.router, seed=setup.case.seed, sample_interval=CLIFF_SAMPLE_SECONDS)
     first = policy.start()  # before the actuator: infertune's strategy comes with the workload it renders
     actuator = Actuator(fleet, setup.replica, setup.load_seconds, setup.pool_gpus, policy.max_surge, origin=begin)
     actuator.start(first)

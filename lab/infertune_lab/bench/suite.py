@@ -32,6 +32,9 @@ from infertune_lab.bench.tuned import bench_resource, slo_of
 from infertune_lab.sim import ReplicaConfig
 
 POLICIES = knobs.POLICIES
+# The gateways a run may put in front of the pods: sticky sessions (the default, as every figure in
+# docs/bench.md was measured), or llm-d's default endpoint picker, which moves a session off a busy pod.
+ROUTERS = ("session-affinity", "llm-d")
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)
 POOL_GPUS = 64
 
@@ -53,6 +56,7 @@ class Options:
     policies: tuple[str, ...] = POLICIES
     processes: int = 2
     frontier: bool = False  # every setting of each policy's knob (bench.knobs), not only its default
+    router: str = ROUTERS[0]  # one of ROUTERS
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class ScenarioResult:
     windows: tuple[Window, ...] = field(default=())
     wall_seconds: float = 0.0
     frontier: dict[str, tuple[FrontierPoint, ...]] = field(default_factory=dict)  # with Options.frontier
+    router: str = ROUTERS[0]
 
 
 def _replica(model: str, gpu: str) -> ReplicaConfig:
@@ -107,7 +112,7 @@ def prepare(name: str, options: Options) -> Prepared:
                             options.rate_multiplier)
     load = options.startup_seconds or case.load_seconds or float(resolved.spec.engine.startup_seconds)
     price = float(resolved.request.price_per_gpu_hour or 0.0)
-    return Prepared(case, RunSetup(case, sweep.base, load, slo, price, options.pool_gpus), sweep, tps)
+    return Prepared(case, RunSetup(case, sweep.base, load, slo, price, options.pool_gpus, options.router), sweep, tps)
 
 
 def context(prepared: Prepared) -> knobs.Context:
@@ -122,6 +127,8 @@ def context(prepared: Prepared) -> knobs.Context:
 
 def run_scenario(name: str, options: Options, progress: Progress = stderr) -> ScenarioResult:
     wall = time.perf_counter()
+    if options.router not in ROUTERS:
+        raise UserError(f"unknown router {options.router!r}; known: {', '.join(ROUTERS)}")
     unknown = [p for p in options.policies if p not in POLICIES]
     if unknown:
         raise UserError(f"unknown policy {unknown[0]!r}; known: {', '.join(POLICIES)}")
@@ -134,7 +141,7 @@ def run_scenario(name: str, options: Options, progress: Progress = stderr) -> Sc
     built = [b for name in options.policies for b in knobs.settings(name, ctx, options.frontier)]
     progress(f"[{case.name}] {len(arrivals):,} requests, model load {load:g} s, sweep and schedule "
              f"{time.perf_counter() - wall:.1f} s; running {len(built)} runs of "
-             f"{', '.join(options.policies)}")
+             f"{', '.join(options.policies)} behind the {options.router} router")
     runs: dict[tuple[str, str], PolicyRun] = {}
     jobs = _jobs(setup, built)
 
@@ -155,4 +162,4 @@ def run_scenario(name: str, options: Options, progress: Progress = stderr) -> Sc
     return ScenarioResult(case.name, case.note, case.duration, load, options.pool_gpus,
                           {n: defaults[n].result for n in options.policies},
                           {n: defaults[n].timeline for n in options.policies},
-                          tuple(windows), time.perf_counter() - wall, frontier)
+                          tuple(windows), time.perf_counter() - wall, frontier, options.router)

@@ -15,7 +15,7 @@ from infertune.commands._inputs import dump_json, number, writable_dir
 from infertune.errors import UserError
 from infertune_lab.bench.cases import NAMES, RANDOM
 from infertune_lab.bench.report import document, text, write
-from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
+from infertune_lab.bench.suite import POLICIES, ROUTERS, Options, ScenarioResult, run_scenario, stderr
 from infertune_lab.sim.trace import load_trace
 
 MAX_VIRTUAL_SECONDS = 30 * 86_400.0  # a month of traffic; more is a typo, and NaN would never end
@@ -51,6 +51,10 @@ def register(sub: Any) -> None:
                    help="policies run in parallel (default 2)")
     p.add_argument("--frontier", action="store_true",
                    help="run every policy at each setting of its own knob and report attainment against GPU-hours")
+    p.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
+                   help="the gateway in front of every policy's pods: sticky sessions (a session's turns stay "
+                        "where its prefix is cached), or llm-d's default endpoint picker (prefix, queue and "
+                        "free KV scored 3:2:2) (default: session-affinity)")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--report", type=Path, default=None,
                    help="write bench.md and bench-<scenario>.png (and -frontier.png) here")
@@ -75,7 +79,8 @@ def handle(args: argparse.Namespace) -> int:
         load_trace(args.trace)  # read and checked whole now: a directory or a bad row is named before any run
     options = Options(seed=args.seed, pool_gpus=args.pool_gpus, startup_seconds=args.startup_seconds,
                       duration=args.duration, trace=args.trace, rate_multiplier=args.rate_multiplier,
-                      policies=args.policies, processes=max(1, args.processes), frontier=args.frontier)
+                      policies=args.policies, processes=max(1, args.processes), frontier=args.frontier,
+                      router=args.router)
     results: list[ScenarioResult] = [run_scenario(name, options) for name in _scenarios(args)]
     if args.output == "json":
         docs = [document(r) for r in results]

@@ -5,7 +5,9 @@ leave once idle, or at the end of their grace period, as the kubelet kills a Ter
 they still hold goes back to the gateway, as a retrying client sends it again). Requests that find
 no routable replica wait at the gateway. Routers: `round-robin`, `least-outstanding` (fewest
 running + waiting), `session-affinity` (a session's turns go where its prefix is cached, falling
-back to least-outstanding).
+back to least-outstanding), and `llm-d` (llm-d's default endpoint picker: each request to the replica
+with the highest 3 x prefix share + 2 x queue score + 2 x free KV, so a session leaves a replica whose
+queue and KV grow past what its cached prefix is worth).
 
 The driver is a conservative discrete-event loop: it always advances the replica whose clock is
 furthest behind, never past the next arrival or past what another replica could still cause
@@ -28,7 +30,11 @@ from infertune_lab.sim.engine import Engine
 from infertune_lab.sim.records import RequestRecord, RequestSpec
 from infertune_lab.sim.traffic import TrafficSource
 
-ROUTERS = ("round-robin", "least-outstanding", "session-affinity")
+ROUTERS = ("round-robin", "least-outstanding", "session-affinity", "llm-d")
+
+# llm-d's default EndpointPickerConfig (llm-d/llm-d-inference-scheduler; docs/sources.md): the weights of its
+# prefix-cache, queue and kv-cache-utilization scorers, summed, the highest sum picked.
+LLM_D_PREFIX_WEIGHT, LLM_D_QUEUE_WEIGHT, LLM_D_KV_WEIGHT = 3.0, 2.0, 2.0
 
 
 @dataclass(eq=False)
@@ -138,6 +144,8 @@ class Fleet:
             pinned = self.replicas.get(self._affinity.get(spec.session, ""))
             if pinned is not None and pinned in candidates:
                 return pinned
+        if self.router == "llm-d":
+            return _llm_d_pick(spec, candidates)
         best = min(candidates, key=lambda r: r.engine.outstanding)
         if self.router == "session-affinity" and spec.session:
             self._affinity[spec.session] = best.name
@@ -299,6 +307,27 @@ class Fleet:
 
     def run(self, horizon: float) -> list[RequestRecord]:
         return self.run_until(horizon)
+
+
+def _llm_d_pick(spec: RequestSpec, candidates: list[Replica]) -> Replica:
+    """llm-d's endpoint picker as its default profile scores: the share of the prompt cached on the
+    replica (the session's prefix; the twin caches per session), the waiting queue min-max normalised
+    over the candidates (the shortest 1, the longest 0, all equal 1), and the KV cache left free. Ties
+    go to the first candidate, the oldest replica, as a stable picker would."""
+    waiting = [len(r.engine.waiting) for r in candidates]
+    low, high = min(waiting), max(waiting)
+
+    def score(replica: Replica, queue: int) -> float:
+        engine = replica.engine
+        prefix = 0.0
+        if spec.session and spec.prompt_tokens > 0:
+            prefix = min(1.0, engine.cache.cached(spec.session) * engine.block_size / spec.prompt_tokens)
+        queue_score = 1.0 if high == low else (high - queue) / (high - low)
+        return (LLM_D_PREFIX_WEIGHT * prefix + LLM_D_QUEUE_WEIGHT * queue_score
+                + LLM_D_KV_WEIGHT * (1.0 - min(engine.kv_usage, 1.0)))
+
+    scores = [score(r, q) for r, q in zip(candidates, waiting, strict=True)]
+    return candidates[scores.index(max(scores))]
 
 
 def uniform_fleet(config: ReplicaConfig, replicas: int, traffic: TrafficSource | None = None,

@@ -240,6 +240,8 @@ class OpenSessions(_Base):
     def __init__(self, shape: SessionShape, times: Iterator[float], seed: int = 0,
                  think: float | None = None, shape_at: Callable[[float], SessionShape] | None = None) -> None:
         super().__init__(shape, seed, think)
+        if shape.max_turns <= 1:  # one request a session: no finish causes an arrival (turn counts are the source's)
+            self.lookahead = math.inf
         self._times = times
         self._shape_at = shape_at
         self._pull()
