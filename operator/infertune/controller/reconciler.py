@@ -32,12 +32,11 @@ from infertune.api.conditions import (
 )
 from infertune.api.names import name_refusal
 from infertune.api.observation import Observation
-from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.quantities import parse_duration
 from infertune.api.schema import TuningMode
 from infertune.api.spec import parse_spec
-from infertune.api.status import PolicySnapshot
 from infertune.controller.cycle import CycleInput, CycleOutcome, run_cycle
+from infertune.controller.policies import PolicyMemory, PolicyState
 from infertune.controller.sources import Route, route_of
 from infertune.controller.status import (
     WorkloadState,
@@ -147,31 +146,6 @@ class Resource:
 
 
 @dataclass(frozen=True)
-class PolicyState:
-    """What resolution found of the resource's ServingPolicy: the PolicyResolved condition (none
-    without a policyRef) and the status.policy snapshot to keep (none: keep what status has)."""
-
-    condition: ConditionUpdate | None = None
-    snapshot: dict[str, Any] | None = None
-
-    @property
-    def updates(self) -> list[ConditionUpdate]:
-        return [] if self.condition is None else [self.condition]
-
-    @property
-    def fields(self) -> dict[str, Any]:
-        return {} if self.snapshot is None else {"policy": self.snapshot}
-
-    def into(self, status: Mapping[str, Any], now: float, generation: int | None) -> dict[str, Any]:
-        """`status` (a cycle's) with this condition merged in and the snapshot set."""
-        out = {**status, **self.fields}
-        if self.condition is not None:
-            current = [Condition.from_wire(c) for c in status.get("conditions", [])]
-            out["conditions"] = [c.wire() for c in merge_conditions(current, self.updates, iso(now), generation)]
-        return out
-
-
-@dataclass(frozen=True)
 class Converged:
     layout: Layout
     changed: bool  # the workload was applied (it differed, or did not exist)
@@ -191,7 +165,7 @@ class Reconciler:
         self._profiles: dict[Key, tuple[SeasonalProfile, float]] = {}  # the profile, when status last had it
         self._resolved: dict[Key, tuple[str, Resolved]] = {}
         self._last_cycle: dict[Key, float] = {}
-        self._policies_seen: dict[Key, tuple[str, dict[str, Any]]] = {}
+        self._policies = PolicyMemory()
         self._policy_states: dict[Key, PolicyState] = {}
 
     # --- resolution ---------------------------------------------------------------------------
@@ -204,7 +178,9 @@ class Reconciler:
         if refusal is not None:  # a CRD from before its name rule admits it, and its Service would be refused
             raise SpecError(refusal)
         parsed = parse_spec(dict(resource.spec))
-        policy, policy_raw, state = self._policy(resource, parsed.policy_ref.name if parsed.policy_ref else None)
+        policy, policy_raw, state = self._policies.resolve(
+            resource.key, resource.status, parsed.policy_ref.name if parsed.policy_ref else None,
+            self.cluster.serving_policy, self.clock())
         config = None
         ref = parsed.model.config_map_ref
         if ref is not None:
@@ -224,47 +200,6 @@ class Reconciler:
         resolved = resolve(parsed, policy, config)
         self._resolved[resource.key] = (token, resolved)
         return resolved
-
-    def _policy(self, resource: Resource, name: str | None
-                ) -> tuple[ServingPolicySpec | None, Mapping[str, Any] | None, PolicyState]:
-        """The ServingPolicy `name` as it is, or as it was last seen (in memory, else in status.policy)."""
-        if name is None:
-            return None, None, PolicyState()
-        now = self.clock()
-        live = self.cluster.serving_policy(name)
-        if live is not None:
-            policy = parse_policy(dict(live))
-            self._policies_seen[resource.key] = (name, dict(live))
-            known = resource.status.get("policy") or {}
-            wire = policy.wire()
-            seen_at = str(known.get("seenAt") or iso(now)) if (known.get("name"), known.get("spec")) == (
-                name, wire) else iso(now)
-            snapshot = PolicySnapshot.model_validate({"name": name, "spec": wire, "seenAt": seen_at}).wire()
-            return policy, live, PolicyState(ConditionUpdate(
-                ConditionType.POLICY_RESOLVED.value, "True", Reason.POLICY_FOUND.value,
-                f"ServingPolicy {name!r} applies"), snapshot)
-        last = self._last_policy(resource, name)
-        if last is None:
-            raise PendingError(f"spec.policyRef.name: ServingPolicy {name!r} does not exist (yet); waiting for it",
-                               Reason.POLICY_NOT_FOUND)
-        raw, seen_at = last
-        return parse_policy(raw), raw, PolicyState(ConditionUpdate(
-            ConditionType.POLICY_RESOLVED.value, "False", Reason.POLICY_DELETED.value,
-            f"ServingPolicy {name!r} was deleted; tuning with its last known spec (seen {seen_at})"))
-
-    def _last_policy(self, resource: Resource, name: str) -> tuple[dict[str, Any], str] | None:
-        seen = self._policies_seen.get(resource.key)
-        known = resource.status.get("policy") or {}
-        seen_at = str(known.get("seenAt") or "before this operator started")
-        if seen is not None and seen[0] == name:
-            return seen[1], seen_at
-        if known.get("name") == name and isinstance(known.get("spec"), dict):
-            try:
-                parse_policy(known["spec"])
-            except SpecError:  # a hand-edited status: nothing trustworthy is known
-                return None
-            return dict(known["spec"]), seen_at
-        return None
 
     def policy_state(self, key: Key) -> PolicyState:
         """What the last resolve found of the resource's ServingPolicy."""
@@ -416,9 +351,9 @@ class Reconciler:
 
     def forget(self, key: Key) -> None:
         """The resource is gone: drop what was kept for it (the workload goes with its owner reference)."""
-        for store in (self._fit_memories, self._profiles, self._resolved, self._last_cycle, self._policies_seen,
-                      self._policy_states):
+        for store in (self._fit_memories, self._profiles, self._resolved, self._last_cycle, self._policy_states):
             store.pop(key, None)
+        self._policies.forget(key)
         self.metrics.forget(key)
         self.telemetry.forget(*key)
 
