@@ -37,3 +37,16 @@ def test_rate_multiplier_needs_a_trace(capsys: pytest.CaptureFixture[str]) -> No
 def test_unknown_policy_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--policies", "infertune,vpa"]) == 2
     assert "expected some of infertune,static,hpa-kv,keda-queue,keda-slo,oracle" in capsys.readouterr().err
+
+
+def test_unknown_router_is_refused_naming_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--router", "nginx"]) == 2
+    err = capsys.readouterr().err
+    assert "--router" in err and "session-affinity" in err and "llm-d" in err and "Traceback" not in err
+
+
+def test_the_json_names_the_router_the_run_was_behind(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "--scenario", "random", "--seed", "1", "--duration", "600", "--pool-gpus", "16",
+                 "--policies", "static", "--processes", "1", "--router", "llm-d", "--output", "json"])
+    assert code == 0
+    assert '"router": "llm-d"' in capsys.readouterr().out
