@@ -68,7 +68,13 @@ def test_llm_ds_picker_still_keeps_most_turns_on_their_cached_prefix(runs: dict[
 
 
 def test_bench_runs_behind_the_router_asked_for_and_refuses_an_unknown_one() -> None:
-    options = Options(seed=1, duration=600.0, policies=("static",), processes=1, pool_gpus=16, router="llm-d")
-    assert run_scenario("random", options, progress=lambda _: None).router == "llm-d"
+    """The same sessions, the same static fleet: only the router differs, so the requests' first tokens
+    must too (had the option stopped short of the fleet, the two runs would match to the digit)."""
+    runs = {router: run_scenario("spike", Options(duration=600.0, policies=("static",), processes=1, router=router),
+                                 progress=lambda _: None) for router in ("session-affinity", "llm-d")}
+    assert {router: run.router for router, run in runs.items()} == {"session-affinity": "session-affinity",
+                                                                    "llm-d": "llm-d"}
+    sticky, llm_d = (runs[r].results["static"] for r in ("session-affinity", "llm-d"))
+    assert (sticky.ttft_p50_seconds, sticky.ttft_p95_seconds) != (llm_d.ttft_p50_seconds, llm_d.ttft_p95_seconds)
     with pytest.raises(UserError, match="unknown router 'nginx'"):
         run_scenario("random", Options(router="nginx"), progress=lambda _: None)

@@ -23,6 +23,11 @@ TAIL_SECONDS = 900.0
 CLIFF_SAMPLE_SECONDS = 5.0
 
 
+# The gateway in front of every policy's pods: sticky sessions unless asked (every figure in docs/bench.md
+# was measured behind them); any of the twin's routers may be asked for.
+DEFAULT_ROUTER = "session-affinity"
+
+
 @dataclass(frozen=True)
 class RunSetup:
     case: BenchCase
@@ -31,7 +36,7 @@ class RunSetup:
     slo: Slo
     price_per_gpu_hour: float
     pool_gpus: int  # every policy's pods share this many GPUs; the rest wait Pending
-    router: str = "session-affinity"  # the gateway in front of every policy's pods (sim/fleet.py ROUTERS)
+    router: str = DEFAULT_ROUTER  # the gateway in front of every policy's pods (sim/fleet.py ROUTERS)
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,12 @@ from infertune_lab.bench.knobs import Setting
 from infertune_lab.bench.metrics import PolicyResult
 from infertune_lab.bench.oracle import Window, schedule
 from infertune_lab.bench.policies import Policy
-from infertune_lab.bench.runner import PolicyRun, RunSetup, run_policy
+from infertune_lab.bench.runner import DEFAULT_ROUTER, PolicyRun, RunSetup, run_policy
 from infertune_lab.bench.tuned import bench_resource, slo_of
 from infertune_lab.sim import ReplicaConfig
+from infertune_lab.sim.fleet import ROUTERS
 
 POLICIES = knobs.POLICIES
-# The gateways a run may put in front of the pods: sticky sessions (the default, as every figure in
-# docs/bench.md was measured), or llm-d's default endpoint picker, which moves a session off a busy pod.
-ROUTERS = ("session-affinity", "llm-d")
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)
 POOL_GPUS = 64
 
@@ -56,7 +54,7 @@ class Options:
     policies: tuple[str, ...] = POLICIES
     processes: int = 2
     frontier: bool = False  # every setting of each policy's knob (bench.knobs), not only its default
-    router: str = ROUTERS[0]  # one of ROUTERS
+    router: str = DEFAULT_ROUTER  # one of sim.fleet.ROUTERS
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,7 @@ class ScenarioResult:
     windows: tuple[Window, ...] = field(default=())
     wall_seconds: float = 0.0
     frontier: dict[str, tuple[FrontierPoint, ...]] = field(default_factory=dict)  # with Options.frontier
-    router: str = ROUTERS[0]
+    router: str = DEFAULT_ROUTER
 
 
 def _replica(model: str, gpu: str) -> ReplicaConfig:

@@ -15,7 +15,9 @@ from infertune.commands._inputs import dump_json, number, writable_dir
 from infertune.errors import UserError
 from infertune_lab.bench.cases import NAMES, RANDOM
 from infertune_lab.bench.report import document, text, write
-from infertune_lab.bench.suite import POLICIES, ROUTERS, Options, ScenarioResult, run_scenario, stderr
+from infertune_lab.bench.runner import DEFAULT_ROUTER
+from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
+from infertune_lab.sim.fleet import ROUTERS
 from infertune_lab.sim.trace import load_trace
 
 MAX_VIRTUAL_SECONDS = 30 * 86_400.0  # a month of traffic; more is a typo, and NaN would never end
@@ -51,10 +53,10 @@ def register(sub: Any) -> None:
                    help="policies run in parallel (default 2)")
     p.add_argument("--frontier", action="store_true",
                    help="run every policy at each setting of its own knob and report attainment against GPU-hours")
-    p.add_argument("--router", choices=ROUTERS, default=ROUTERS[0],
-                   help="the gateway in front of every policy's pods: sticky sessions (a session's turns stay "
-                        "where its prefix is cached), or llm-d's default endpoint picker (prefix, queue and "
-                        "free KV scored 3:2:2) (default: session-affinity)")
+    p.add_argument("--router", choices=ROUTERS, default=DEFAULT_ROUTER,
+                   help="the gateway in front of every policy's pods: session-affinity (a session's turns stay "
+                        "where its prefix is cached), llm-d (its default endpoint picker: prefix, queue and "
+                        f"free KV scored 3:2:2), least-outstanding or round-robin (default: {DEFAULT_ROUTER})")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--report", type=Path, default=None,
                    help="write bench.md and bench-<scenario>.png (and -frontier.png) here")

@@ -32,8 +32,9 @@ from infertune_lab.sim.traffic import TrafficSource
 
 ROUTERS = ("round-robin", "least-outstanding", "session-affinity", "llm-d")
 
-# llm-d's default EndpointPickerConfig (llm-d/llm-d-inference-scheduler; docs/sources.md): the weights of its
-# prefix-cache, queue and kv-cache-utilization scorers, summed, the highest sum picked.
+# The EndpointPickerConfig llm-d's inference-scheduling guide deploys (the InferencePool chart's
+# default-plugins.yaml; docs/sources.md): the weights of its prefix-cache, queue and kv-cache-utilization
+# scorers, summed, the highest sum picked.
 LLM_D_PREFIX_WEIGHT, LLM_D_QUEUE_WEIGHT, LLM_D_KV_WEIGHT = 3.0, 2.0, 2.0
 
 
@@ -313,7 +314,8 @@ def _llm_d_pick(spec: RequestSpec, candidates: list[Replica]) -> Replica:
     """llm-d's endpoint picker as its default profile scores: the share of the prompt cached on the
     replica (the session's prefix; the twin caches per session), the waiting queue min-max normalised
     over the candidates (the shortest 1, the longest 0, all equal 1), and the KV cache left free. Ties
-    go to the first candidate, the oldest replica, as a stable picker would."""
+    go to the first candidate, the oldest replica: llm-d's max-score picker breaks them at random, and
+    the twin stays deterministic."""
     waiting = [len(r.engine.waiting) for r in candidates]
     low, high = min(waiting), max(waiting)
 

@@ -224,9 +224,7 @@ def _flat_or_falling(batches: list[float], seconds: list[float],
         xs = [b for b, _ in rows]
         if max(xs) == min(xs):
             continue
-        mean_x, mean_y = statistics.fmean(xs), statistics.fmean(s for _, s in rows)
-        slope = (sum((b - mean_x) * (s - mean_y) for b, s in rows)
-                 / sum((b - mean_x) ** 2 for b in xs))
+        slope = statistics.linear_regression(xs, [s for _, s in rows]).slope
         if not slope > 0:
             return slope * 1e3, min(xs), max(xs), context
     return None
