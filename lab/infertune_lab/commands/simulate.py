@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from infertune.api.schema import CONCURRENCY_MAX
-from infertune.commands._inputs import SAMPLE_PASS_MS_MIN, dump_json, number, parse_int_list, writable_file
+from infertune.commands._inputs import (
+    SAMPLE_PASS_MS_MIN,
+    dump_json,
+    number,
+    parse_int_list,
+    plot_file,
+    writable_file,
+)
 from infertune.errors import UserError
 from infertune.model import LinearFit, Workload
 from infertune_lab.sim import (
@@ -144,7 +151,7 @@ def _fixed_lengths(args: argparse.Namespace) -> tuple[int, int] | None:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    writable_file("--plot", args.plot)
+    plot_file("--plot", args.plot)
     levels = parse_int_list(args.concurrency, "--concurrency")
     if max(levels) > CONCURRENCY_MAX:
         raise UserError(f"--concurrency: at most {CONCURRENCY_MAX} streams, got {max(levels)}")
@@ -220,12 +227,15 @@ def run_replay(args: argparse.Namespace) -> int:
     rows = window(load_trace(args.trace), args.start, args.window)  # all of it is checked first
     if not rows:
         raise UserError(f"{args.trace}: no requests in the chosen window")
+    replayed = rows[-1].offset / args.rate_multiplier  # the last arrival, in virtual seconds
+    if not replayed <= MAX_VIRTUAL_SECONDS:  # a replay of 1e20 s never ended: its clock stopped moving
+        raise UserError(f"--rate-multiplier: {args.rate_multiplier:g} stretches {rows[-1].offset:g} s of trace to "
+                        f"{replayed:.3g} s of replay, more than a year ({MAX_VIRTUAL_SECONDS:.0f} s)")
     config = _replica(args)
     fleet = Fleet(TraceReplay(rows, args.rate_multiplier), args.router, args.seed)
     for _ in range(args.replicas):
         fleet.add_replica(config)
-    last = rows[-1].offset / args.rate_multiplier
-    horizon = last
+    horizon = replayed
     fleet.run_until(horizon)
     while any(not r.engine.idle for r in fleet.replicas.values()):
         horizon += 60.0

@@ -59,10 +59,36 @@ def writable_file(flag: str, path: str | Path | None) -> None:
     and take a new file, and the path must not be a directory."""
     if path is None:
         return
+    if not str(path).strip():
+        raise UserError(f"{flag}: an empty path; name the file to write")
     target = Path(path)
     if target.is_dir():
         raise UserError(f"{flag}: {target} is a directory, not a file")
+    if target.exists() and not target.is_file():
+        # A device, FIFO or socket: the file is written beside it and renamed over it, which would
+        # replace /dev/null itself when run as root.
+        raise UserError(f"{flag}: {target} exists and is not a regular file (a device, FIFO or socket); "
+                        "name a file to write")
     _probe(flag, target.parent if str(target.parent) else Path("."))
+
+
+def plot_file(flag: str, path: str | None) -> None:
+    """`writable_file`, and a name whose extension says a format matplotlib writes: it refuses any other
+    only after the work (an internal error), and adds ".png" to a name without one, writing a file the
+    user did not name. Without matplotlib the command says so itself."""
+    writable_file(flag, path)
+    if path is None:
+        return
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if suffix not in formats:
+        got = f"'.{suffix}'" if suffix else "none"
+        raise UserError(f"{flag}: {path}: the extension says the image format; expected one of "
+                        f"{', '.join('.' + f for f in formats)}, got {got}")
 
 
 def writable_dir(flag: str, path: str | Path | None) -> None:
@@ -158,6 +184,8 @@ def parse_int_list(value: str, flag: str, high: int | None = None) -> tuple[int,
 # What a load test can measure: no replica runs more streams than this, a pass takes what any pass can
 # (api/spec.py PASS_MS_RANGE, a declared load test's bound too), no context is longer than ten million tokens.
 SAMPLE_BATCH_MAX = 100_000
+# A pass runs one stream or more, so a mean batch (fractional, from averaged windows) is never under one.
+SAMPLE_BATCH_MIN = 1.0
 SAMPLE_PASS_MS_MIN, SAMPLE_PASS_MS_MAX = PASS_MS_RANGE
 SAMPLE_CONTEXT_MAX = 10_000_000
 
@@ -189,12 +217,11 @@ def read_samples(path: str) -> Samples:
             except ValueError:
                 raise UserError(f"{path}: line {line}: not a number in {row}") from None
             if not all(math.isfinite(v) for v in (batch, per_pass, context)) or not (
-                    0 < batch <= SAMPLE_BATCH_MAX and SAMPLE_PASS_MS_MIN <= per_pass <= SAMPLE_PASS_MS_MAX
-                    and 0 <= context <= SAMPLE_CONTEXT_MAX):
-                raise UserError(f"{path}: line {line}: batch must be in (0, {SAMPLE_BATCH_MAX:,}], per_pass_ms in "
-                                f"[{SAMPLE_PASS_MS_MIN:g}, {SAMPLE_PASS_MS_MAX:,.0f}] and context_tokens in "
-                                f"[0, {SAMPLE_CONTEXT_MAX:,}], "
-                                f"got {row}")
+                    SAMPLE_BATCH_MIN <= batch <= SAMPLE_BATCH_MAX
+                    and SAMPLE_PASS_MS_MIN <= per_pass <= SAMPLE_PASS_MS_MAX and 0 <= context <= SAMPLE_CONTEXT_MAX):
+                raise UserError(f"{path}: line {line}: batch must be in [{SAMPLE_BATCH_MIN:g}, {SAMPLE_BATCH_MAX:,}], "
+                                f"per_pass_ms in [{SAMPLE_PASS_MS_MIN:g}, {SAMPLE_PASS_MS_MAX:,.0f}] and "
+                                f"context_tokens in [0, {SAMPLE_CONTEXT_MAX:,}], got {row}")
             batches.append(batch)
             seconds.append(per_pass / 1e3)
             contexts.append(context)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import ssl
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -98,16 +98,25 @@ def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
             token = read_text(args.token_file, "--token-file").strip()
             if not token:
                 raise UserError(f"--token-file: {args.token_file} is empty")
-        if args.ca and not Path(args.ca).is_file():
-            raise UserError(f"--ca: {args.ca} is not a file")
+        if args.ca:
+            _check_ca(args.ca)
         return PrometheusSource(args.url, token=token, ca_path=args.ca, insecure=args.insecure,
                                 timeout=args.timeout, window=args.window, namespace=args.namespace,
                                 deployment=args.deployment)
-    if not args.targets:
-        raise UserError("--targets: at least one host:port is required with --source pods")
     targets = [PodTarget.parse(t, args.namespace or "default", args.deployment or "default")
-               for t in args.targets.split(",") if t.strip()]
+               for t in (args.targets or "").split(",") if t.strip()]
+    if not targets:  # "," or " " named none, and an empty fleet would read as "ok"
+        raise UserError(f"--targets: at least one host:port is required with --source pods, got {args.targets!r}")
     return PodsSource(targets, timeout=args.timeout)
+
+
+def _check_ca(path: str) -> None:
+    """The CA bundle must hold a certificate: ssl's own refusal names neither the flag nor the file."""
+    read_text(path, "--ca")  # missing, a directory, unreadable or not text: one line naming the flag
+    try:
+        ssl.create_default_context(cafile=path)
+    except ssl.SSLError as exc:
+        raise UserError(f"--ca: {path} holds no PEM certificate ssl can load ({exc.reason or exc})") from None
 
 
 def _fits(source: PrometheusSource | PodsSource, snap: Snapshot, history: float) -> dict[tuple[str, str], Any]:

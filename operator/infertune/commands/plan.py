@@ -19,9 +19,9 @@ from infertune.commands._inputs import (
     dump_json,
     number,
     parse_int_list,
+    plot_file,
     read_samples,
     resolve_model,
-    writable_file,
 )
 from infertune.commands.render import resolve_file
 from infertune.errors import UserError
@@ -35,6 +35,9 @@ MAX_TOKENS = 10_000_000  # a prompt or answer longer than any model's context
 # A million requests per second is more than any pool this command sizes for (64 replicas of the smallest
 # model each serve a few hundred); beyond it the answer would be a shortfall of billions of GPUs.
 MAX_DEMAND_RPS = 1_000_000.0
+# A spread of contexts below a thousandth of the mean is no spread a trace can show; one of 1e-320 underflowed
+# in the planner's arithmetic and printed numpy's overflow warning.
+CONTEXT_CV_MIN = 0.001
 
 
 # Flags that say what a resource given with -f already says: with -f they would be ignored, so they
@@ -58,7 +61,7 @@ def register(sub: Any) -> None:
     p.add_argument("--cached-fraction", type=number(0, 0.999), default=0.0,
                    help="share of the prompt served from cache")
     p.add_argument("--output-tokens", type=number(0, MAX_TOKENS, above=True), help="mean generated tokens")
-    p.add_argument("--context-cv", type=number(0, 10),
+    p.add_argument("--context-cv", type=_context_cv,
                    help="spread of a stream's context, sd/mean (default: the workload's; 0: every context "
                         "the mean, as the load test's averages assume)")
     p.add_argument("--min-stream-tps", type=number(0, 100_000, above=True), help="SLO: minimum decode tok/s per stream")
@@ -77,6 +80,18 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", help="write a PNG of the curve with the regions, the cliff and the choice")
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.set_defaults(func=run, deployment_defaults={dest: p.get_default(dest) for dest in DESCRIBE_THE_DEPLOYMENT})
+
+
+def _context_cv(text: str) -> float:
+    """0 (every context the mean), or a spread from CONTEXT_CV_MIN to 10."""
+    value: float = number(0, 10)(text)
+    if 0 < value < CONTEXT_CV_MIN:
+        raise argparse.ArgumentTypeError(f"expected 0 (every context the mean) or a number from {CONTEXT_CV_MIN:g} "
+                                         f"to 10, got {text!r}")
+    return value
+
+
+_context_cv.__name__ = "number"  # what argparse calls the type in its messages
 
 
 def _workload(args: argparse.Namespace) -> Workload:
@@ -193,7 +208,7 @@ def serves(result: Plan) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    writable_file("--plot", args.plot)
+    plot_file("--plot", args.plot)
     request = request_from_args(args)
     if args.plot:
         try:
