@@ -124,3 +124,31 @@ def test_a_context_spread_of_zero_or_a_measurable_one_is_planned(capsys: pytest.
     for cv in ("0", "0.001", "0.5"):
         code, out, err = run(capsys, "plan", "--model", "llama-3.1-8b", "--context-cv", cv, "--output", "json")
         assert code in (0, 1) and err == "" and '"candidates"' in out, err
+
+
+# --- empty paths and loose lists ---------------------------------------------------------------------
+@pytest.mark.parametrize("argv", [
+    ["crds", "--out", ""],
+    ["crds", "--reference", ""],
+    ["bench", "--scenario", "drop", "--duration", "60", "--policies", "static", "--report", ""],
+    ["demo", "--report", ""],
+    ["plan", "-f", ""],
+    ["render", "-f", ""],
+    ["explain", "x", "-f", ""],
+])
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    """`Path("")` is ".": `crds --out ""` (a shell variable that expanded to nothing) wrote the CRDs into
+    whatever directory the command ran in, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv)
+    assert out == ""
+    assert code == 2 and "an empty path" in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("levels", ["1,,2", "1,2,", "\u0663", "4,\u0668"])
+def test_a_list_of_integers_not_plainly_written_is_refused(capsys: pytest.CaptureFixture[str], levels: str) -> None:
+    """Empty items were skipped ("1,,2" swept 1 and 2) and other scripts' digits read as numbers."""
+    code, out, err = run(capsys, "simulate", "sweep", "--concurrency", levels, "--duration", "1")
+    assert refused(code, out, err, "--concurrency", "expected comma-separated integers"), err

@@ -8,10 +8,9 @@ Input is checked before anything runs, and nothing is written unless every run f
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from infertune.commands._inputs import dump_json, number, writable_dir
+from infertune.commands._inputs import dump_json, number, path, writable_dir
 from infertune.errors import UserError
 from infertune_lab.bench.cases import NAMES, RANDOM
 from infertune_lab.bench.report import document, text, write
@@ -37,7 +36,7 @@ def register(sub: Any) -> None:
     p.add_argument("--scenario", choices=(*NAMES, RANDOM, "all"), default=None,
                    help="a named scenario, all of them, or random (drawn from --seed; not in all) "
                         "(default: coding-agent-day unless --trace)")
-    p.add_argument("--trace", type=Path, default=None,
+    p.add_argument("--trace", type=path, default=None,
                    help="replay a TIMESTAMP,ContextTokens,GeneratedTokens CSV instead of a scenario")
     p.add_argument("--rate-multiplier", type=number(0, 1000, above=True), default=None,
                    help="replay the trace this many times faster (default: sized for the pool)")
@@ -58,7 +57,7 @@ def register(sub: Any) -> None:
                         "where its prefix is cached), llm-d (its default endpoint picker: prefix, queue and "
                         f"free KV scored 3:2:2), least-outstanding or round-robin (default: {DEFAULT_ROUTER})")
     p.add_argument("--output", choices=("table", "json"), default="table")
-    p.add_argument("--report", type=Path, default=None,
+    p.add_argument("--report", type=path, default=None,
                    help="write bench.md and bench-<scenario>.png (and -frontier.png) here")
     p.set_defaults(func=handle)
 

@@ -13,7 +13,7 @@ from typing import Any
 import structlog
 from rich.console import Console
 
-from infertune.commands._inputs import dump_json, number, writable_dir
+from infertune.commands._inputs import dump_json, number, path, writable_dir
 from infertune_lab.demo.display import Quiet, RichView, View
 from infertune_lab.demo.run import DemoOptions, run_demo
 
@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("demo", help="run the operator against a simulated B200 fleet and write a report")
     parser.add_argument("--fast", action="store_true", help="a shorter version of the same story (< 1 min)")
     parser.add_argument("--output", choices=("text", "json"), default="text", help="what to print at the end")
-    parser.add_argument("--report", type=Path, default=Path("demo-report"), help="report directory")
+    parser.add_argument("--report", type=path, default=Path("demo-report"), help="report directory")
     parser.add_argument("--no-prometheus", dest="prometheus", action="store_false",
                         help="the operator scrapes the pods itself instead of reading Prometheus")
     parser.add_argument("--seed", type=number(0, 2**32 - 1, integer=True), default=0, help="traffic seed")

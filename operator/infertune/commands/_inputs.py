@@ -28,6 +28,14 @@ if TYPE_CHECKING:
     from infertune.actuate.apply import KubeClient
 
 
+def path(value: str) -> Path:
+    """An argparse `type` for a path: `Path("")` is the current directory, so a flag given an empty
+    value (a shell variable that expanded to nothing) would read or write there unasked."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path; name the file or directory")
+    return Path(value)
+
+
 def number(low: float | None = None, high: float | None = None, *, integer: bool = False,
            above: bool = False, unit: str = "") -> Callable[[str], Any]:
     """An argparse `type`: a finite number (an integer with `integer`) in [low, high] (low excluded with
@@ -168,10 +176,12 @@ def resolve_model(value: str) -> ModelProfile:
 def parse_int_list(value: str, flag: str, high: int | None = None) -> tuple[int, ...]:
     """Comma-separated positive integers, each at most `high` when given (a batch of 10**30 streams
     is a typo, and one past a float's range would fail deep in the arithmetic)."""
-    try:
-        items = tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise UserError(f"{flag}: expected comma-separated integers, got {value!r}") from None
+    # int() also takes other scripts' digits and skipped items were dropped ("1,,2"): a list that is not
+    # plainly written is a typo or a paste, not a list to guess at.
+    written = [v.strip() for v in value.split(",")]
+    if not all(v.isascii() and v.lstrip("+-").isdigit() for v in written):
+        raise UserError(f"{flag}: expected comma-separated integers, got {value!r}")
+    items = tuple(int(v) for v in written)
     if not items or any(v <= 0 for v in items):
         raise UserError(f"{flag}: expected positive integers, got {value!r}")
     if high is not None and max(items) > high:

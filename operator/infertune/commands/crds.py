@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from infertune.api.crdgen import all_crds, reference_markdown
-from infertune.commands._inputs import writable_dir
+from infertune.commands._inputs import path, writable_dir
 from infertune.errors import UserError
 from infertune.model import gpu_names
 
@@ -28,8 +27,8 @@ def reference() -> str:
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("crds", help="write the CRDs generated from the API models")
-    parser.add_argument("--out", type=Path, default=None, help="directory to write (default: stdout)")
-    parser.add_argument("--reference", type=Path, default=None, help="also write the field reference (Markdown)")
+    parser.add_argument("--out", type=path, default=None, help="directory to write (default: stdout)")
+    parser.add_argument("--reference", type=path, default=None, help="also write the field reference (Markdown)")
     parser.set_defaults(func=handle)
 
 

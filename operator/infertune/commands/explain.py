@@ -7,7 +7,6 @@ import argparse
 import math
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,7 @@ import numpy as np
 from infertune.api.policy import parse_policy
 from infertune.api.quantities import format_duration, format_figure
 from infertune.api.spec import API_VERSION, KIND, parse_spec
-from infertune.commands._inputs import cluster_client, number
+from infertune.commands._inputs import cluster_client, number, path
 from infertune.commands.render import resolve_file
 from infertune.controller.status import layout_of
 from infertune.errors import UserError
@@ -30,9 +29,9 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("explain", help="why a resource runs the layout it runs")
     parser.add_argument("name", nargs="?", help="InferenceDeployment in the cluster")
     parser.add_argument("-n", "--namespace", default="default")
-    parser.add_argument("-f", "--file", type=Path, help="explain a YAML file offline instead")
-    parser.add_argument("--policy", type=Path, help="ServingPolicy YAML for -f (default: policies/<name>.yaml)")
-    parser.add_argument("--config-json", type=Path, help="config.json for a configMapRef with -f")
+    parser.add_argument("-f", "--file", type=path, help="explain a YAML file offline instead")
+    parser.add_argument("--policy", type=path, help="ServingPolicy YAML for -f (default: policies/<name>.yaml)")
+    parser.add_argument("--config-json", type=path, help="config.json for a configMapRef with -f")
     parser.add_argument("--top", type=number(0, 1000, integer=True), default=8, help="rejected layouts to list")
     parser.set_defaults(func=handle)
 

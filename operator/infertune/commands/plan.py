@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -19,6 +18,7 @@ from infertune.commands._inputs import (
     dump_json,
     number,
     parse_int_list,
+    path,
     plot_file,
     read_samples,
     resolve_model,
@@ -49,9 +49,9 @@ DESCRIBE_THE_DEPLOYMENT = ("model", "gpu", "tp", "workload", "prompt_tokens", "c
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("plan", help="choose TP, max concurrency and replicas for an SLA")
-    p.add_argument("-f", "--file", type=Path, help="an InferenceDeployment YAML instead of the flags below")
-    p.add_argument("--policy", type=Path, help="with -f: the ServingPolicy YAML its policyRef names")
-    p.add_argument("--config-json", type=Path, help="with -f: config.json for a spec.model.configMapRef")
+    p.add_argument("-f", "--file", type=path, help="an InferenceDeployment YAML instead of the flags below")
+    p.add_argument("--policy", type=path, help="with -f: the ServingPolicy YAML its policyRef names")
+    p.add_argument("--config-json", type=path, help="with -f: config.json for a spec.model.configMapRef")
     p.add_argument("--model", default="kimi-k2.6", help="catalog name or a Hugging Face config.json")
     p.add_argument("--gpu", default="b200")
     p.add_argument("--tp", default="1,2,4,8", help="allowed tensor-parallel sizes")

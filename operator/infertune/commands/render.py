@@ -16,7 +16,7 @@ from infertune.api.names import name_refusal, namespace_refusal
 from infertune.api.policy import POLICY_KIND, ServingPolicySpec, parse_policy
 from infertune.api.schema import CONCURRENCY_MAX
 from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec, parse_spec
-from infertune.commands._inputs import number
+from infertune.commands._inputs import number, path
 from infertune.errors import UserError
 from infertune.planner.request import Resolved, resolve, starting_layout
 from infertune.textfile import read_text
@@ -123,10 +123,10 @@ def _check_refs(args: argparse.Namespace, spec: InferenceDeploymentSpec) -> None
 
 
 def add_resource_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-f", "--file", type=Path, required=True, help="an InferenceDeployment YAML")
-    parser.add_argument("--policy", type=Path, help="the ServingPolicy YAML its policyRef names "
+    parser.add_argument("-f", "--file", type=path, required=True, help="an InferenceDeployment YAML")
+    parser.add_argument("--policy", type=path, help="the ServingPolicy YAML its policyRef names "
                         "(default: policies/<name>.yaml)")
-    parser.add_argument("--config-json", type=Path, help="config.json for a spec.model.configMapRef")
+    parser.add_argument("--config-json", type=path, help="config.json for a spec.model.configMapRef")
 
 
 def register(sub: Any) -> None:
