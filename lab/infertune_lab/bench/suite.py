@@ -29,12 +29,17 @@ from infertune_lab.bench.oracle import Window, schedule
 from infertune_lab.bench.policies import Policy
 from infertune_lab.bench.runner import DEFAULT_ROUTER, PolicyRun, RunSetup, run_policy
 from infertune_lab.bench.tuned import bench_resource, slo_of
-from infertune_lab.sim import ReplicaConfig
+from infertune_lab.sim import ReplicaConfig, load_trace
 from infertune_lab.sim.fleet import ROUTERS
 
 POLICIES = knobs.POLICIES
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 0, 1, 64)
 POOL_GPUS = 64
+# A trace is sized for the pool on its mean rate (requests over its span) and its requests' mean and
+# median sizes (bench.cases), each read off its rows: from n rows the rate is known to about 1/sqrt(n),
+# 10% at this count, and one row gives no rate at all (its span is the padding second). A shorter trace
+# is refused before the capacity sweep, which costs the same minutes whatever the trace's length.
+TRACE_MIN_REQUESTS = 100
 
 Progress = Callable[[str], None]
 
@@ -102,6 +107,8 @@ class Prepared:
 
 def prepare(name: str, options: Options) -> Prepared:
     """The example resource's SLO and TP sizes, the twin's capacity sweep, and the case sized for the pool."""
+    if options.trace is not None:
+        _check_trace_length(options.trace)
     resolved = bench_resource(options.pool_gpus, options.startup_seconds).resolved()
     slo = slo_of(resolved)
     tps = tuple(resolved.request.tp_sizes)
@@ -111,6 +118,14 @@ def prepare(name: str, options: Options) -> Prepared:
     load = options.startup_seconds or case.load_seconds or float(resolved.spec.engine.startup_seconds)
     price = float(resolved.request.price_per_gpu_hour or 0.0)
     return Prepared(case, RunSetup(case, sweep.base, load, slo, price, options.pool_gpus, options.router), sweep, tps)
+
+
+def _check_trace_length(path: Path) -> None:
+    count = len(load_trace(path))
+    if count < TRACE_MIN_REQUESTS:
+        raise UserError(f"{path}: {count:,} request{'' if count == 1 else 's'}, too few to size a pool on: the bench "
+                        f"needs at least {TRACE_MIN_REQUESTS} to read a trace's rate and request sizes "
+                        "(`infertune simulate replay --trace` replays a shorter one)")
 
 
 def context(prepared: Prepared) -> knobs.Context:

@@ -232,6 +232,13 @@ def run_replay(args: argparse.Namespace) -> int:
         raise UserError(f"--rate-multiplier: {args.rate_multiplier:g} stretches {rows[-1].offset:g} s of trace to "
                         f"{replayed:.3g} s of replay, more than a year ({MAX_VIRTUAL_SECONDS:.0f} s)")
     config = _replica(args)
+    pool = config.gpu_blocks() * config.block_size
+    # The engine takes an empty prompt or answer as one token (TraceReplay.peek), and refuses a request
+    # its pool cannot hold; when it cannot hold the smallest, the replay would only count refusals.
+    smallest = min(max(r.context_tokens, 1) + max(r.generated_tokens, 1) for r in rows)
+    if smallest > pool:
+        raise UserError(f"{args.trace}: the smallest request's prompt + answer is {smallest:,} tokens, more than the "
+                        f"replica's KV pool of {pool:,} tokens at TP{config.tp}: every request would be refused")
     fleet = Fleet(TraceReplay(rows, args.rate_multiplier), args.router, args.seed)
     for _ in range(args.replicas):
         fleet.add_replica(config)

@@ -146,6 +146,8 @@ def _csv_stamps(p: Path, text: str) -> Iterator[Stamp]:
             where = f"{p}:{line_no}"
             if len(row) < len(names):
                 raise TraceError(f"{where}: expected {len(names)} fields, got {len(row)}")
+            if len(row) > len(names):  # a stray comma or a shifted row: which fields were meant is a guess
+                raise TraceError(f"{where}: {len(row)} fields, but the header names {len(names)}")
             raw = row[idx[0]]
             try:
                 ts, kind = _timestamp(raw)
