@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from infertune.api.schema import (
+    REPLICAS_MAX,
+    STALE_AFTER_RANGE,
     ApiModel,
     Duration,
+    check_duration_range,
+    duration_rules,
 )
 from infertune.api.spec import (
     InferenceDeploymentSpec,
@@ -38,6 +42,9 @@ POLICY_PLURAL = "servingpolicies"
 class PolicyTuning(ApiModel):
     """The tuning bounds and guardrails a policy may preset; mode and interval stay with each resource."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [*duration_rules(
+        {"staleAfter": STALE_AFTER_RANGE})]})
+
     tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7,
                                                     description=TP_SIZES_DESCRIPTION)
     concurrency: ConcurrencyRange | None = None
@@ -46,9 +53,14 @@ class PolicyTuning(ApiModel):
     burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=BURST_HEADROOM_DESCRIPTION)
     burst_percentile: int | None = Field(default=None, ge=50, le=99, description=BURST_PERCENTILE_DESCRIPTION)
     hysteresis_percent: int | None = Field(default=None, ge=0, le=100, description=HYSTERESIS_DESCRIPTION)
-    max_replica_step: int | None = Field(default=None, ge=1, description=MAX_REPLICA_STEP_DESCRIPTION)
+    max_replica_step: int | None = Field(default=None, ge=1, le=REPLICAS_MAX, description=MAX_REPLICA_STEP_DESCRIPTION)
     stale_after: Duration | None = Field(default=None, description=STALE_AFTER_DESCRIPTION)
     cooldowns: Cooldowns | None = None
+
+    @field_validator("stale_after")
+    @classmethod
+    def _stale_after_in_range(cls, value: str | None) -> str | None:
+        return check_duration_range(value, STALE_AFTER_RANGE)
 
 
 class ServingPolicySpec(ApiModel):
@@ -65,7 +77,7 @@ def parse_policy(raw: Any) -> ServingPolicySpec:
     try:
         return ServingPolicySpec.model_validate(raw or {})
     except ValidationError as exc:
-        raise SpecError(describe_error(exc, "ServingPolicy spec")) from None
+        raise SpecError(describe_error(exc, "ServingPolicy spec", ServingPolicySpec)) from None
 
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -91,4 +103,4 @@ def apply_policy(spec: InferenceDeploymentSpec, policy: ServingPolicySpec | None
     except ValidationError as exc:
         name = spec.policy_ref.name if spec.policy_ref else ""
         raise SpecError(f"spec: does not combine with ServingPolicy {name}: "
-                        f"{describe_error(exc, 'spec')}") from None
+                        f"{describe_error(exc, 'spec', InferenceDeploymentSpec)}") from None

@@ -11,14 +11,56 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN
+from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN, parse_duration
 
 ALLOWED_TP_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
 # The most streams a replica may be given (max-num-seqs): vLLM's own default on GPUs of 70 GiB and more
 # (docs/sources.md). It bounds what one resource's plan costs (docs/reliability.md).
 CONCURRENCY_MAX = 1024
+# The most replicas of one resource (spec.replicas, spec.tuning.replicas): 1,024 replicas at TP 8 are 8,192
+# GPUs, more than any single model deployment runs; it bounds what one plan costs as CONCURRENCY_MAX does.
+REPLICAS_MAX = 1024
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+# Physical ranges of what a user states in a resource or a policy. Each is generous for any real deployment
+# and keeps the figure one the planner and the Kubernetes objects built from it can carry (int32 probe
+# thresholds, numpy int64 arrays, finite floats).
+#
+# GPUs one deployment may use (spec.hardware.poolGpus): the most it could ever hold is REPLICAS_MAX replicas
+# at the largest TP, twice over while a re-layout rolls (old and new pods together), 131,072; a larger pool
+# limits nothing. It is also about the size of the largest GPU clusters built (~100K-200K GPUs).
+POOL_GPUS_MAX = 2 * REPLICAS_MAX * max(ALLOWED_TP_SIZES)
+# Tokens of one request (spec.workload, spec.model.loadTests[].contextTokens): no model holds a context of
+# more than 10M tokens (Llama 4 Scout's, the longest published), so no mean prompt or answer is longer.
+CONTEXT_TOKENS_MAX = 10_000_000
+# A per-stream decode floor (spec.slo.minStreamTokensPerSecond): the fastest single streams published run
+# 2-3K tokens/s (wafer-scale engines), GPUs a few hundred; a floor above 10,000 no hardware can meet.
+STREAM_TOKENS_PER_SECOND_MAX = 10_000
+# A model load (spec.engine.startupSeconds): a multi-TB checkpoint pulled over a slow link loads in hours;
+# a day is past any. The startup probe's failureThreshold and the Deployment's progressDeadlineSeconds are
+# built from it, and both are int32 in Kubernetes.
+STARTUP_SECONDS_MAX = 86_400
+# How long a pod tolerates a NoExecute taint (spec.hardware.tolerations[].tolerationSeconds). Kubernetes
+# evicts at once for 0 and below, so 0 is the least; a taint tolerated for more than 30 days is tolerated
+# for good, which is what leaving the field unset says.
+TOLERATION_SECONDS_MAX = 30 * 86_400
+# Cooldowns between changes (spec.tuning.cooldowns scaleUp, scaleDown, relayout): at most 30 days, a
+# month's freeze; a longer one is "never", which a resource says with mode Recommend or Off.
+COOLDOWN_RANGE = ("0s", "720h")
+# The scale-down stabilisation window: the HPA's own ends at 1 h, the operator stretches it to the model
+# load (at most STARTUP_SECONDS_MAX, a day), and status.guardrails keeps one entry per cycle within it
+# (2,880 a day at 30 s cycles): a month of them would outgrow the 1.5 MiB an object may take in etcd.
+STABILIZATION_RANGE = ("0s", "24h")
+# A TTFT target (spec.slo.ttft.limit): above 0, which no request meets, and at most a day, the completion
+# window of the batch APIs, the slowest service anyone sells; a longer limit is no target.
+TTFT_LIMIT_RANGE = ("1ms", "24h")
+# The tuning interval and staleAfter: at most a day; a cycle or a metric older than that misses the daily
+# traffic profile the forecast reads.
+INTERVAL_RANGE = ("0s", "24h")
+STALE_AFTER_RANGE = ("0s", "24h")
+# No duration needs more characters; a bound on the length bounds what the API server's CEL rules cost.
+DURATION_MAX_LENGTH = 32
+
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH)]
 Decimal = Annotated[str, Field(pattern=DECIMAL_PATTERN)]
 Percent = Annotated[int, Field(ge=0, le=100)]
 
@@ -40,6 +82,30 @@ def rule(expression: str, message: str, field_path: str | None = None) -> dict[s
     if field_path:
         entry["fieldPath"] = field_path
     return entry
+
+
+def duration_rules(ranges: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+    """The CEL rules that hold each named duration field of a model (its camelCase name) within its range,
+    as the operator's `check_duration_range` does."""
+    return [rule(f"!has(self.{name}) || (duration(self.{name}) >= duration('{low}') && "
+                 f"duration(self.{name}) <= duration('{high}'))", f"{name}: from {low} to {high}", f".{name}")
+                for name, (low, high) in ranges.items()]
+
+
+def check_duration_range(value: str | None, bounds: tuple[str, str]) -> str | None:
+    """`value` if it lies within `bounds` (durations); the ValueError a field validator raises otherwise."""
+    if value is None:
+        return None
+    low, high = bounds
+    if not parse_duration(low) <= parse_duration(value) <= parse_duration(high):
+        raise ValueError(f"{value} is outside the allowed range {low}..{high}")
+    return value
+
+
+def has_nul(text: str) -> bool:
+    """A string the engine receives as an argument or an environment variable cannot hold a NUL: execve(2)
+    takes C strings, so it would cut the string short (or the runtime refuses the container)."""
+    return "\x00" in text
 
 
 class ApiModel(BaseModel):

@@ -10,19 +10,29 @@ in api/metrics_source.py, what every model shares in api/schema.py, and the owne
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from infertune.api.flags import OWNED_ARGS, flag_name, owned_flag, owned_flag_regex
 from infertune.api.metrics_source import Metrics
 from infertune.api.schema import (
     ALLOWED_TP_SIZES,
     CONCURRENCY_MAX,
+    CONTEXT_TOKENS_MAX,
     DURATION_FORMAT,
+    POOL_GPUS_MAX,
+    REPLICAS_MAX,
+    STARTUP_SECONDS_MAX,
+    STREAM_TOKENS_PER_SECOND_MAX,
+    TOLERATION_SECONDS_MAX,
+    TTFT_LIMIT_RANGE,
     ApiModel,
     Decimal,
     Duration,
+    check_duration_range,
+    duration_rules,
+    has_nul,
     rule,
 )
 from infertune.api.tuning import Tuning
@@ -145,7 +155,7 @@ class LoadTest(ApiModel):
 
     tensor_parallel_size: int = Field(ge=1, le=max(ALLOWED_TP_SIZES), description=(
         "The TP the test ran at (1, 2, 4, 8, 16, 32 or 64)."))
-    context_tokens: int | None = Field(default=None, ge=1, le=10_000_000, description=(
+    context_tokens: int | None = Field(default=None, ge=1, le=CONTEXT_TOKENS_MAX, description=(
         "Mean tokens of context each stream held during the test (its prompt and the answer so far). "
         "Default: the workload's."))
     points: list[LoadTestPoint] = Field(min_length=2, max_length=64, description=(
@@ -214,7 +224,15 @@ class EnvVar(ApiModel):
     """An environment variable of the engine container, with a literal value."""
 
     name: str = Field(min_length=1, description="Name of the variable.")
-    value: str = Field(default="", description="Its value. Default empty.")
+    value: str = Field(default="", description="Its value, without a NUL character. Default empty.")
+
+    @field_validator("name", "value")
+    @classmethod
+    def _no_nul(cls, text: str) -> str:
+        if has_nul(text):  # the CRD's rule on spec.engine.env
+            raise ValueError(f"holds a NUL character at {text.index(chr(0))}, which an environment variable "
+                             "cannot carry")
+        return text
 
 
 class Resources(ApiModel):
@@ -247,6 +265,12 @@ class Engine(ApiModel):
         rule(_owned_flag_rule("sglang"), "extraArgs must not set flags the operator owns: "
              + ", ".join(OWNED_ARGS["sglang"]), ".extraArgs"),
         rule("self.kind != 'sglang' || has(self.image)", _SGLANG_NEEDS_AN_IMAGE, ".image"),
+        # has_nul: no argument or environment variable can carry a NUL.
+        rule("!has(self.extraArgs) || self.extraArgs.all(a, !a.contains('\\x00'))",
+             "extraArgs: no argument may hold a NUL character", ".extraArgs"),
+        rule("!has(self.env) || self.env.all(e, !e.name.contains('\\x00') && "
+             "(!has(e.value) || !e.value.contains('\\x00')))",
+             "env: no name or value may hold a NUL character", ".env"),
     ]})
 
     kind: EngineKind = Field(default="vllm", description=(
@@ -256,14 +280,15 @@ class Engine(ApiModel):
         f"The engine container's image. Default {VLLM_IMAGE} for kind vllm; kind sglang needs one set, since "
         "there is no default SGLang image the operator could vouch for."))
     extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
-        default_factory=list, max_length=128, description="Passed through after the operator's flags.")
+        default_factory=list, max_length=128, description=(
+            "Passed through after the operator's flags; none may hold a NUL character."))
     env: list[EnvVar] = Field(default_factory=list, max_length=128, description=(
         "Environment variables of the engine container."))
     resources: Resources = Field(default_factory=Resources)
     port: int = Field(default=8000, ge=1, le=65535, description=(
         "The port the engine serves on: its API, /health for the probes and /metrics. The Service and the Pods "
         "metrics source use it. Default 8000."))
-    startup_seconds: int = Field(default=600, ge=1, description=(
+    startup_seconds: int = Field(default=600, ge=1, le=STARTUP_SECONDS_MAX, description=(
         "Expected model load time, seconds: from a pod's start to serving. It is how long new capacity takes "
         "to arrive, so it sets the demand forecast's horizon, the shortest scale-down stabilisation window and "
         "the least time between re-layouts; the startup probe allows it plus 60 s. Default 600."))
@@ -292,6 +317,9 @@ class Engine(ApiModel):
                 spelled = "" if flag_name(arg) == flag else f" (as {arg.split('=', 1)[0][:64]!r})"
                 raise ValueError(f"spec.engine.extraArgs[{index}]: {flag}{spelled} is owned by the operator; "
                                  f"remove it (owned: {', '.join(owned)})")
+            if has_nul(arg):  # the CRD's rule on extraArgs
+                raise ValueError(f"spec.engine.extraArgs[{index}]: holds a NUL character at {arg.index(chr(0))}, "
+                                 "which a command-line argument cannot carry")
         return self
 
 
@@ -305,8 +333,9 @@ class Toleration(ApiModel):
     value: str | None = Field(default=None, description="The taint value operator Equal matches.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(default=None, description=(
         "The taint effect it matches. Unset: every effect."))
-    toleration_seconds: int | None = Field(default=None, description=(
-        "With effect NoExecute: seconds the pod stays on a node once the taint appears. Unset: for good."))
+    toleration_seconds: int | None = Field(default=None, ge=0, le=TOLERATION_SECONDS_MAX, description=(
+        "With effect NoExecute: seconds the pod stays on a node once the taint appears, 0 (evicted at once) "
+        "to 30 days. Unset: for good."))
 
 
 class Hardware(ApiModel):
@@ -320,52 +349,79 @@ class Hardware(ApiModel):
     gpus_per_node: int | None = Field(default=None, ge=1, le=72, description=(
         "GPUs on one node. Default: the catalog's for the GPU (8 on an HGX board, 4 on a GB200 tray). A "
         "replica whose TP is larger spans nodes, as a LeaderWorkerSet instead of a Deployment."))
-    pool_gpus: int | None = Field(default=None, ge=1, description=(
+    pool_gpus: int | None = Field(default=None, ge=1, le=POOL_GPUS_MAX, description=(
         "GPUs this deployment may use in all, counting the old and the new pods while a re-layout rolls. "
+        f"At most {POOL_GPUS_MAX}: {REPLICAS_MAX} replicas at TP {max(ALLOWED_TP_SIZES)}, twice over. "
         "Unset: no limit but spec.tuning.replicas.max."))
     price_per_gpu_hour: Decimal | None = Field(default=None, description=(
         "USD, e.g. '6' or '5.50'. Default: the catalog's price for the GPU. It scales the costs reported; no "
         "choice depends on it (every GPU of the pool costs the same), and at '0' costs are reported in GPU-hours."))
 
 
+_TOKEN_FIELDS = ("freshTokens", "cachedTokens", "outputTokens")
+
+
 class WorkloadHints(ApiModel):
     """The traffic shape assumed until metrics say otherwise."""
+
+    # A request's prompt and answer are its context, which no model holds past CONTEXT_TOKENS_MAX.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
+        " + ".join(f"(has(self.{f}) ? self.{f} : 0)" for f in _TOKEN_FIELDS) + f" <= {CONTEXT_TOKENS_MAX}",
+        f"freshTokens + cachedTokens + outputTokens: at most {CONTEXT_TOKENS_MAX}, the longest context a model "
+        "holds")]})
 
     preset: WorkloadPreset | None = Field(default=None, description=(
         "The request shape to start from: coding-agent (means of ~13K fresh, ~71K cached and ~1K output "
         "tokens), chat (600, 1,400, 400) or batch (4,000, 0, 800). The token fields below replace its means; "
         "it still gives the spread of contexts and the median prompt the TTFT estimate reads. Default chat."))
-    fresh_tokens: int | None = Field(default=None, ge=0, description=(
+    fresh_tokens: int | None = Field(default=None, ge=0, le=CONTEXT_TOKENS_MAX, description=(
         "Mean prompt tokens a request brings that the prefix cache does not hold (they are prefilled). "
         "Default: the preset's."))
-    cached_tokens: int | None = Field(default=None, ge=0, description=(
+    cached_tokens: int | None = Field(default=None, ge=0, le=CONTEXT_TOKENS_MAX, description=(
         "Mean prompt tokens a request finds in the prefix cache, such as a session's earlier turns. Default: "
         "the preset's."))
-    output_tokens: int | None = Field(default=None, ge=1, description=(
+    output_tokens: int | None = Field(default=None, ge=1, le=CONTEXT_TOKENS_MAX, description=(
         "Mean tokens generated per request. Default: the preset's."))
     expected_requests_per_second: Decimal | None = Field(default=None, description=(
         "Requests/s to size replicas for until metrics give the rate, a decimal string, e.g. '2.5'. Unset: "
         "the first layout runs spec.tuning.replicas.min replicas (at least one)."))
 
+    @model_validator(mode="after")
+    def _one_context(self) -> WorkloadHints:
+        total = sum(t or 0 for t in (self.fresh_tokens, self.cached_tokens, self.output_tokens))
+        if total > CONTEXT_TOKENS_MAX:
+            raise ValueError(f"freshTokens + cachedTokens + outputTokens is {total}, outside the allowed range "
+                             f"0..{CONTEXT_TOKENS_MAX}: no model holds a longer context")
+        return self
+
 
 class Ttft(ApiModel):
     """The time-to-first-token target."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [*duration_rules(
+        {"limit": TTFT_LIMIT_RANGE})]})
 
     percentile: int | None = Field(default=None, ge=50, le=99, description=(
         "The percentile of requests whose time to first token, queueing included, must be within the limit, "
         "50-99. Default 95. The observed TTFT is read at the nearest of p50, p95 and p99."))
     limit: Duration | None = Field(default=None, description=(
-        "The longest time to first token at that percentile, queueing included, e.g. '3s' or '800ms'. "
-        "Unset: no TTFT target. " + DURATION_FORMAT))
+        "The longest time to first token at that percentile, queueing included, e.g. '3s' or '800ms', "
+        f"{TTFT_LIMIT_RANGE[0]}..{TTFT_LIMIT_RANGE[1]}. Unset: no TTFT target. " + DURATION_FORMAT))
+
+    @field_validator("limit")
+    @classmethod
+    def _limit_in_range(cls, value: str | None) -> str | None:
+        return check_duration_range(value, TTFT_LIMIT_RANGE)
 
 
 class Slo(ApiModel):
     """What every request must get: per-stream speed and TTFT are separate targets, and a layout must meet
     both. Unset: no SLO (SLOMet is True, reason NoSLO)."""
 
-    min_stream_tokens_per_second: int | None = Field(default=None, ge=0, description=(
+    min_stream_tokens_per_second: int | None = Field(default=None, ge=0, le=STREAM_TOKENS_PER_SECOND_MAX,
+                                                     description=(
         "The least decode speed of each stream, tokens/s after the first token (judged at the slow end of "
-        "the performance model's estimate). Unset or 0: no floor."))
+        f"the performance model's estimate), at most {STREAM_TOKENS_PER_SECOND_MAX}. Unset or 0: no floor."))
     ttft: Ttft | None = None
 
 
@@ -390,7 +446,7 @@ class InferenceDeploymentSpec(ApiModel):
     policy_ref: PolicyRef | None = None
     tuning: Tuning = Field(default_factory=Tuning)
     metrics: Metrics = Field(default_factory=Metrics)
-    replicas: int | None = Field(default=None, ge=0, le=1024, description=(
+    replicas: int | None = Field(default=None, ge=0, le=REPLICAS_MAX, description=(
         "Pins the replica count (what `kubectl scale` sets); TP and concurrency are still tuned. Unset: the "
         "operator sizes replicas."))
 
@@ -402,15 +458,64 @@ def parse_spec(raw: Any) -> InferenceDeploymentSpec:
     try:
         return InferenceDeploymentSpec.model_validate(raw or {})
     except ValidationError as exc:
-        raise SpecError(describe_error(exc, "spec")) from None
+        raise SpecError(describe_error(exc, "spec", InferenceDeploymentSpec)) from None
 
 
-def describe_error(exc: Any, root: str) -> str:
-    """One line naming the first failing field, whatever pydantic raised."""
+# pydantic's errors for a number outside a field's ge/le (or too large to parse at all).
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "int_parsing_size"}
+_SHOWN_MAX = 40
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, through Optional and list; None for a scalar."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _range_of(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[Any, Any] | None:
+    """The (least, most) a field's ge/le allow, found by walking `loc` from `model`; None if there is none."""
+    field = None
+    for part in loc:
+        if isinstance(part, int):
+            continue  # an index into a list: the model of its items is already the current one
+        if model is None:
+            return None
+        field = next((f for name, f in model.model_fields.items() if part in (name, f.alias)), None)
+        if field is None:
+            return None
+        model = _model_in(field.annotation)
+    if field is None:
+        return None
+    constraints = list(field.metadata)
+    for arg in get_args(field.annotation):  # an Annotated type inside Optional, such as Percent | None
+        for info in getattr(arg, "__metadata__", ()):
+            constraints += getattr(info, "metadata", ())
+    low = next((m.ge for m in constraints if getattr(m, "ge", None) is not None), None)
+    high = next((m.le for m in constraints if getattr(m, "le", None) is not None), None)
+    return None if low is None and high is None else (low, high)
+
+
+def _shown(value: Any) -> str:
+    text = str(value) if isinstance(value, int | float) else repr(value)
+    return text if len(text) <= _SHOWN_MAX else f"{text[:_SHOWN_MAX - 3]}... ({len(text)} characters)"
+
+
+def describe_error(exc: Any, root: str, model: type[BaseModel] | None = None) -> str:
+    """One line naming the first failing field, whatever pydantic raised. With the `model` validated, a
+    number outside its field's range is told with its value and the whole range."""
     first = exc.errors()[0]
     path = ".".join([root, *(str(p) if not isinstance(p, int) else f"[{p}]" for p in first["loc"])])
     path = path.replace(".[", "[")
     message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
     if message.startswith(root + "."):
         return message
+    bounds = _range_of(model, tuple(first["loc"])) if first.get("type") in _RANGE_ERRORS else None
+    if bounds is not None:
+        low, high = ("" if b is None else str(b) for b in bounds)
+        return f"{path}: {_shown(first.get('input'))} is outside the allowed range {low}..{high}"
     return f"{path}: {message}"

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from infertune.api.schema import (
     ALLOWED_TP_SIZES,
     CONCURRENCY_MAX,
+    COOLDOWN_RANGE,
     DURATION_FORMAT,
+    INTERVAL_RANGE,
+    REPLICAS_MAX,
+    STABILIZATION_RANGE,
+    STALE_AFTER_RANGE,
     ApiModel,
     Duration,
     Percent,
     TuningMode,
+    check_duration_range,
+    duration_rules,
     rule,
 )
 
@@ -47,10 +54,11 @@ class ReplicaRange(ApiModel):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [_range_rule("replicas")]})
 
-    min: int | None = Field(default=None, ge=0, le=1024, description=(
+    min: int | None = Field(default=None, ge=0, le=REPLICAS_MAX, description=(
         "Default 1. 0 is read as 1, not as scale to zero: a running replica is what the demand is measured "
         "on, so the operator keeps one, and with no traffic at all it scales down to it."))
-    max: int | None = Field(default=None, ge=1, le=1024, description="Default 64, or min when that is larger.")
+    max: int | None = Field(default=None, ge=1, le=REPLICAS_MAX, description=(
+        "Default 64, or min when that is larger."))
 
     @model_validator(mode="after")
     def _ordered(self) -> ReplicaRange:
@@ -59,23 +67,39 @@ class ReplicaRange(ApiModel):
         return self
 
 
+# Each cooldown's range (api/schema.py says why), by its field: the CEL rules and the validator read it.
+COOLDOWN_RANGES = {"scale_up": COOLDOWN_RANGE, "scale_down": COOLDOWN_RANGE, "relayout": COOLDOWN_RANGE,
+                   "scale_down_stabilization": STABILIZATION_RANGE}
+
+
 class Cooldowns(ApiModel):
     """The least time between changes of each kind."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [*duration_rules(
+        {"scaleUp": COOLDOWN_RANGE, "scaleDown": COOLDOWN_RANGE, "relayout": COOLDOWN_RANGE,
+         "scaleDownStabilization": STABILIZATION_RANGE})]})
+
     scale_up: Duration | None = Field(default=None, description=(
         "Least time between two scale-ups; skipped when the running layout is unsafe or the observed TTFT or "
-        "per-stream speed misses the SLO. Default 1m. " + DURATION_FORMAT))
+        "per-stream speed misses the SLO. Default 1m. 0s..720h (30 days). " + DURATION_FORMAT))
     scale_down: Duration | None = Field(default=None, description=(
-        "Least time from the last scale change, up or down, to a scale-down. Default 5m. " + DURATION_FORMAT))
+        "Least time from the last scale change, up or down, to a scale-down. Default 5m. 0s..720h (30 days). "
+        + DURATION_FORMAT))
     relayout: Duration | None = Field(default=None, description=(
         "Least time between two re-layouts (a new TP or max-num-seqs: every replica restarts). A layout whose "
         "KV working set is over the headroom line, or that the engine reports past the cliff, is left within "
-        "it; a rollout that gives serving pods up waits twice it. Default 30m. " + DURATION_FORMAT))
+        "it; a rollout that gives serving pods up waits twice it. Default 30m. 0s..720h (30 days). "
+        + DURATION_FORMAT))
     scale_down_stabilization: Duration | None = Field(default=None, description=(
         "HPA-style scale-down stabilisation window: replicas go down only to the highest count recommended "
         "within it. The operator never uses a window shorter than the model load (spec.engine.startupSeconds), "
         "since a replica released on a dip takes a model load to come back: 5m with a 15-minute load is a "
-        "15-minute window. Default 5m. " + DURATION_FORMAT))
+        "15-minute window. Default 5m. 0s..24h. " + DURATION_FORMAT))
+
+    @field_validator("scale_up", "scale_down", "relayout", "scale_down_stabilization")
+    @classmethod
+    def _in_range(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_duration_range(value, COOLDOWN_RANGES[str(info.field_name)])
 
 
 # The descriptions of the tuning fields a ServingPolicy may also set (api/policy.py), so the two CRDs say the
@@ -97,9 +121,10 @@ HYSTERESIS_DESCRIPTION = (
     "this share of the GPUs. Percent 0-100. Default 10.")
 MAX_REPLICA_STEP_DESCRIPTION = (
     "Most replicas one decision adds or removes; a larger change takes several decisions, each behind its "
-    "cooldown. A re-layout is not bound by it. Default 4.")
+    f"cooldown. A re-layout is not bound by it. At most {REPLICAS_MAX}, the most replicas a resource runs. "
+    "Default 4.")
 STALE_AFTER_DESCRIPTION = (
-    "Metrics whose newest sample is older than this hold every decision (MetricsStale). Default 2m. "
+    "Metrics whose newest sample is older than this hold every decision (MetricsStale). Default 2m. 0s..24h. "
     + DURATION_FORMAT)
 BURST_HEADROOM_DESCRIPTION = (
     "Capacity kept spare, when replicas are sized, above the demand now and the level its trend and "
@@ -121,7 +146,7 @@ class Tuning(ApiModel):
         "!has(self.tensorParallelSizes) || self.tensorParallelSizes.all(t, t in "
         + "[" + ", ".join(str(t) for t in ALLOWED_TP_SIZES) + "])",
         "tensorParallelSizes: each must be one of " + ", ".join(str(t) for t in ALLOWED_TP_SIZES),
-        ".tensorParallelSizes")]})
+        ".tensorParallelSizes"), *duration_rules({"interval": INTERVAL_RANGE, "staleAfter": STALE_AFTER_RANGE})]})
 
     mode: TuningMode = Field(default=TuningMode.AUTO, description=(
         "Auto applies decisions; Recommend only writes them to status.recommendation; Off holds the workload "
@@ -135,13 +160,23 @@ class Tuning(ApiModel):
     burst_headroom_percent: int | None = Field(default=None, ge=0, le=300, description=BURST_HEADROOM_DESCRIPTION)
     burst_percentile: int | None = Field(default=None, ge=50, le=99, description=BURST_PERCENTILE_DESCRIPTION)
     hysteresis_percent: Percent | None = Field(default=None, description=HYSTERESIS_DESCRIPTION)
-    max_replica_step: int | None = Field(default=None, ge=1, description=MAX_REPLICA_STEP_DESCRIPTION)
+    max_replica_step: int | None = Field(default=None, ge=1, le=REPLICAS_MAX, description=MAX_REPLICA_STEP_DESCRIPTION)
     interval: Duration = Field(default="30s", description=(
         "How often the tuning cycle runs for this resource. It runs on the operator's timer (--cycle-seconds, "
         "30 s unless set): a shorter interval runs no more often than the timer, a longer one at the first "
-        "firing after it has passed. Default 30s. " + DURATION_FORMAT))
+        "firing after it has passed. Default 30s. 0s..24h. " + DURATION_FORMAT))
     stale_after: Duration | None = Field(default=None, description=STALE_AFTER_DESCRIPTION)
     cooldowns: Cooldowns | None = None
+
+    @field_validator("interval")
+    @classmethod
+    def _interval_in_range(cls, value: str) -> str | None:
+        return check_duration_range(value, INTERVAL_RANGE)
+
+    @field_validator("stale_after")
+    @classmethod
+    def _stale_after_in_range(cls, value: str | None) -> str | None:
+        return check_duration_range(value, STALE_AFTER_RANGE)
 
     @model_validator(mode="after")
     def _allowed_tp(self) -> Tuning:
