@@ -212,7 +212,8 @@ class GuardrailMemory(ApiModel):
         "When a layout (TP and max-num-seqs) was last applied, the first one included."))
     recent_recommendations: list[list[float]] = Field(default_factory=list, description=(
         "[time, replicas] the demand asked of the running shape: what the scale-down stabilisation window "
-        "remembers."))
+        "remembers. Only its highest count is read, so an entry with a later one as high is dropped: at most "
+        "one entry per replica count, however fast the cycle runs."))
     # The shape the last re-layout rolled from, at the old pods it kept: room a scale-up mid-rollout leaves.
     rolled_from: RolledFrom | None = None
     left_unsafe: LeftUnsafeShape | None = None

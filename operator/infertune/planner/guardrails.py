@@ -53,6 +53,7 @@ from infertune.planner.types import (
     LeftUnsafe,
     PlannerState,
     stabilization_window,
+    window_maxima,
 )
 
 __all__ = ["Check", "Decision", "Reason", "decide", "next_state"]
@@ -353,7 +354,7 @@ def next_state(state: PlannerState, decision: Decision, rails: Guardrails, appli
         recent += ((now, state.applied.replicas),)  # the HPA's seed: what runs counts as recommended
     if decision.running_wanted is not None:
         recent += ((now, decision.running_wanted),)
-    new = replace(state, recent_recommendations=recent)
+    new = replace(state, recent_recommendations=window_maxima(recent))
     if not applied or decision.target is None:
         return new
     if decision.action is Action.RELAYOUT:

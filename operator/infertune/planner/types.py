@@ -46,6 +46,20 @@ def stabilization_window(rails: Guardrails) -> float:
     return max(rails.scale_down_stabilization_s, rails.model_load_seconds)
 
 
+def window_maxima(recommended: tuple[tuple[float, int], ...]) -> tuple[tuple[float, int], ...]:
+    """The [time, replicas] entries a stabilisation window can still need, oldest first: only its highest
+    count is ever read, so an entry with a later one as high is never the answer, for any window length.
+    What is left falls strictly with time, so it holds at most one entry per replica count however fast
+    the cycle runs (a day's window at a 30 s cycle was 2,880 entries in status, at --cycle-seconds 0.1
+    past what etcd stores in one object)."""
+    kept: list[tuple[float, int]] = []
+    for at, replicas in recommended:
+        while kept and kept[-1][1] <= replicas:
+            kept.pop()
+        kept.append((at, replicas))
+    return tuple(kept)
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     model: ModelProfile
