@@ -152,3 +152,12 @@ def test_a_list_of_integers_not_plainly_written_is_refused(capsys: pytest.Captur
     """Empty items were skipped ("1,,2" swept 1 and 2) and other scripts' digits read as numbers."""
     code, out, err = run(capsys, "simulate", "sweep", "--concurrency", levels, "--duration", "1")
     assert refused(code, out, err, "--concurrency", "expected comma-separated integers"), err
+
+
+def test_plan_takes_no_larger_a_pool_than_a_resource_may_state(capsys: pytest.CaptureFixture[str]) -> None:
+    """`spec.hardware.poolGpus` stops at 131,072 (api/schema.py POOL_GPUS_MAX); `plan --pool-gpus` took up to
+    1,000,000, so the same deployment planned from flags and from its resource disagreed on what is valid."""
+    code, _, err = run(capsys, "plan", "--pool-gpus", "131073")
+    assert code == 2 and "--pool-gpus" in err and "131072" in err and "Traceback" not in err, err
+    code, out, _ = run(capsys, "plan", "--pool-gpus", "131072", "--output", "json")
+    assert code == 0 and '"feasible"' in out

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infertune.api.quantities import format_figure
-from infertune.api.schema import CONCURRENCY_MAX
+from infertune.api.schema import CONCURRENCY_MAX, POOL_GPUS_MAX
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
     check_tp,
@@ -68,7 +68,8 @@ def register(sub: Any) -> None:
     p.add_argument("--max-ttft", type=number(0, 3600, above=True), help="SLO: maximum TTFT in seconds")
     p.add_argument("--demand-rps", type=number(0, MAX_DEMAND_RPS), help="requests per second to size replicas for")
     p.add_argument("--price-per-gpu-hour", type=number(0, 10_000, above=True))
-    p.add_argument("--pool-gpus", type=number(1, 1_000_000, integer=True), help="GPUs in the node pool")
+    p.add_argument("--pool-gpus", type=number(1, POOL_GPUS_MAX, integer=True),
+                   help=f"GPUs in the node pool (at most {POOL_GPUS_MAX:,}, as spec.hardware.poolGpus)")
     p.add_argument("--max-concurrency", type=number(1, CONCURRENCY_MAX, integer=True), default=64)
     p.add_argument("--kv-headroom", type=number(0, 0.9), default=0.10, help="fraction of the KV pool kept free")
     p.add_argument("--fit", help="measured line INTERCEPT_MS,SLOPE_MS for --fit-tp "
