@@ -11,20 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_cli_hostile_inputs import TRACE_HEADER, refused, write
 from tests.unit.test_cli_inputs import run
-
-TRACE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-
-
-def refused(code: int, out: str, err: str, *says: str) -> bool:
-    """Exit 2, nothing on stdout, one line on stderr (no traceback, no internal error) saying each of `says`."""
-    return (code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
-            and "internal error" not in err and all(s in err for s in says))
-
-
-def write(path: Path, text: str) -> str:
-    path.write_text(text)
-    return str(path)
 
 
 # --- output paths ------------------------------------------------------------------------------------
