@@ -142,9 +142,13 @@ def test_a_shape_left_as_unsafe_is_not_rolled_back_into_on_a_trough_of_the_worki
     """Random scenario 19 (32 GPUs, an hour): TP4 c=13 was left as unsafe at 675 s with the working set's level
     at 44K tokens a stream, came back for cost at 2,625 s on a 41K trough, and the next rise held it at 99% of
     its KV under the re-layout cooldown (93.11% TTFT, 35 s past the cliff). Judged at that level for a
-    re-layout horizon, it stays away."""
+    re-layout horizon, it stayed away (96.56%, one re-layout). Since a start on nothing measured keeps a
+    margin below the KV line it starts on c=12 and is never left (99.27% at 22.9 GPU-h, static 99.41% at
+    28.0); the rule itself is held by test_guardrails.py's
+    test_a_shape_left_as_unsafe_is_judged_at_the_working_set_that_sent_it_away_for_one_horizon."""
     figures = bench(["--scenario", "random", "--seed", "19", "--pool-gpus", "32", "--duration", "3600",
                      "--policies", "infertune"])
     ours = figures["policies"]["infertune"]
-    assert ours["relayouts"] == 1
+    assert ours["relayouts"] <= 1
     assert ours["seconds_past_cliff"] == 0
+    assert min(ours["sla_attainment_ttft"], ours["sla_attainment_tps"]) >= 0.99
