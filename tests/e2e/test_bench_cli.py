@@ -83,7 +83,7 @@ def test_the_oracle_meets_the_sla_and_static_pays_for_the_peak(spike: dict[str, 
 
 
 @pytest.mark.xfail(strict=True, reason="since the fit's batch is read from the inter-token sum (14e8c53) the operator "
-                                       "stays on TP4 c=6-7 through this 2-hour spike at 106-120 GPU-h (99.7-99.9%): "
+                                       "stays on TP4 c=5-6 through this 2-hour spike at 106-120 GPU-h (99.7-99.9%): "
                                        "keda-queue spends 96.1 at 80.93%: TP8 c=16, the oracle's shape, is predicted "
                                        "22% slow from TP4's small-batch windows and never tried (docs/bench.md, "
                                        "History)")
