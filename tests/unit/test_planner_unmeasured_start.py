@@ -27,7 +27,7 @@ def unmeasured_request(**changes) -> PlanRequest:
 
 
 def test_the_napkin_start_steps_back_from_a_shape_on_the_kv_line():
-    """At the coding-agent hint, TP4 c=7 crosses the 90% line 5.0% of the time at its sized load: a
+    """At the coding-agent hint, TP4 c=7 crosses the 90% line 4.7% of the time at its sized load: a
     measured fit may start there, the napkin may not (spike seed 5 started there and, its contexts
     measured longer, sat past the cliff for 895 s once the pool was full)."""
     result = plan(unmeasured_request(), None, now=0.0)
