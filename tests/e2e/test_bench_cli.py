@@ -138,7 +138,7 @@ def test_the_spike_is_not_met_on_a_fleet_rolled_for_a_shape_chosen_in_the_first_
     assert min(ours["sla_attainment_ttft"], ours["sla_attainment_tps"]) >= 0.99
 
 
-def test_a_shape_left_as_unsafe_is_not_rolled_back_into_on_a_trough_of_the_working_set() -> None:
+def test_random_scenario_19_keeps_below_the_cliff_without_flapping_between_shapes() -> None:
     """Random scenario 19 (32 GPUs, an hour): TP4 c=13 was left as unsafe at 675 s with the working set's level
     at 44K tokens a stream, came back for cost at 2,625 s on a 41K trough, and the next rise held it at 99% of
     its KV under the re-layout cooldown (93.11% TTFT, 35 s past the cliff). Judged at that level for a

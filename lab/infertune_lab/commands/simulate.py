@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from infertune.api.schema import CONCURRENCY_MAX
+from infertune.api.schema import CONCURRENCY_MAX, CONTEXT_TOKENS_MAX
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
     dump_json,
@@ -102,10 +102,10 @@ def register(sub: Any) -> None:
                    help="virtual seconds measured per level")
     s.add_argument("--think", type=number(0, MAX_VIRTUAL_SECONDS), default=0.0,
                    help="seconds between a session's turns")
-    s.add_argument("--prompt-tokens", type=number(1, 10_000_000, integer=True), default=None,
+    s.add_argument("--prompt-tokens", type=number(1, CONTEXT_TOKENS_MAX, integer=True), default=None,
                    help="fixed prompt length (with --output-tokens): a load generator's random prompts, one turn "
                         "each, closed loop without think time, instead of --workload's sessions")
-    s.add_argument("--output-tokens", type=number(1, 10_000_000, integer=True), default=None,
+    s.add_argument("--output-tokens", type=number(1, CONTEXT_TOKENS_MAX, integer=True), default=None,
                    help="fixed answer length (with --prompt-tokens)")
     s.add_argument("--plot", default=None, metavar="FILE.png")
     s.add_argument("--output", choices=("table", "json"), default="table")

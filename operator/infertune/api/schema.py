@@ -46,9 +46,8 @@ TOLERATION_SECONDS_MAX = 30 * 86_400
 # Cooldowns between changes (spec.tuning.cooldowns scaleUp, scaleDown, relayout): at most 30 days, a
 # month's freeze; a longer one is "never", which a resource says with mode Recommend or Off.
 COOLDOWN_RANGE = ("0s", "720h")
-# The scale-down stabilisation window: the HPA's own ends at 1 h, the operator stretches it to the model
-# load (at most STARTUP_SECONDS_MAX, a day), and status.guardrails keeps one entry per cycle within it
-# (2,880 a day at 30 s cycles): a month of them would outgrow the 1.5 MiB an object may take in etcd.
+# The scale-down stabilisation window: the HPA's own ends at 1 h, and the operator stretches it to the model
+# load (at most STARTUP_SECONDS_MAX, a day); a longer window would keep a replica for a dip days old.
 STABILIZATION_RANGE = ("0s", "24h")
 # A TTFT target (spec.slo.ttft.limit): above 0, which no request meets, and at most a day, the completion
 # window of the batch APIs, the slowest service anyone sells; a longer limit is no target.

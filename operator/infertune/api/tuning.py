@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 
 from infertune.api.schema import (
     ALLOWED_TP_SIZES,
@@ -76,8 +77,7 @@ class Cooldowns(ApiModel):
     """The least time between changes of each kind."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [*duration_rules(
-        {"scaleUp": COOLDOWN_RANGE, "scaleDown": COOLDOWN_RANGE, "relayout": COOLDOWN_RANGE,
-         "scaleDownStabilization": STABILIZATION_RANGE})]})
+        {to_camel(name): bounds for name, bounds in COOLDOWN_RANGES.items()})]})
 
     scale_up: Duration | None = Field(default=None, description=(
         "Least time between two scale-ups; skipped when the running layout is unsafe or the observed TTFT or "

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infertune.api.schema import CONTEXT_TOKENS_MAX
 from infertune.api.spec import PASS_MS_RANGE
 from infertune.errors import UserError
 from infertune.model import ModelProfile, load_model, profile_from_hf_config
@@ -197,7 +198,7 @@ SAMPLE_BATCH_MAX = 100_000
 # A pass runs one stream or more, so a mean batch (fractional, from averaged windows) is never under one.
 SAMPLE_BATCH_MIN = 1.0
 SAMPLE_PASS_MS_MIN, SAMPLE_PASS_MS_MAX = PASS_MS_RANGE
-SAMPLE_CONTEXT_MAX = 10_000_000
+SAMPLE_CONTEXT_MAX = CONTEXT_TOKENS_MAX
 
 
 def read_samples(path: str) -> Samples:

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from infertune.api.schema import CONTEXT_TOKENS_MAX
 from infertune.commands._inputs import (
     SAMPLE_BATCH_MAX,
     Samples,
@@ -38,7 +39,7 @@ def register(sub: Any) -> None:
     p.add_argument("--gpu", default="b200", help="catalog GPU name (with --model)")
     p.add_argument("--tp", type=number(1, 64, integer=True), default=8,
                    help="tensor-parallel size the samples were measured at")
-    p.add_argument("--context-tokens", type=number(0, 10_000_000, above=True),
+    p.add_argument("--context-tokens", type=number(0, CONTEXT_TOKENS_MAX, above=True),
                    help="tokens each stream attends over, for samples without a context_tokens column and for "
                         "the predictions (default: the samples' median context)")
     p.add_argument("--output", choices=("table", "json"), default="table")
@@ -108,6 +109,11 @@ def _physics(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...
     model, gpu = resolve_model(args.model), load_gpu(args.gpu)
     check_tp(model, (args.tp,), "--tp")
     contexts, at = _contexts(args, samples)
+    if len(set(samples.batches)) < 2:
+        # The fit would be the napkin's proportions scaled to one point (R² about 0): the calibration the
+        # planner takes from such samples, but no fit of how a pass grows with the batch.
+        raise UserError(f"{args.samples}: all samples share one batch size ({samples.batches[0]:g}): how a pass "
+                        "grows with the batch is undetermined")
     try:
         fit = fit_pass(model, gpu, args.tp, samples.batches, samples.seconds, contexts)
     except FitError as exc:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from infertune.api.quantities import format_figure
-from infertune.api.schema import CONCURRENCY_MAX, POOL_GPUS_MAX
+from infertune.api.schema import CONCURRENCY_MAX, CONTEXT_TOKENS_MAX, POOL_GPUS_MAX
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
     check_tp,
@@ -31,7 +31,7 @@ from infertune.model.perf import AnyFit
 from infertune.planner import Candidate, Plan, PlanRequest, SloTarget, plan
 
 SHOWN_CONCURRENCY = {1, 2, 4, 8, 12, 16, 24, 32, 36, 40, 48, 64, 96, 128, 192, 256}
-MAX_TOKENS = 10_000_000  # a prompt or answer longer than any model's context
+MAX_TOKENS = CONTEXT_TOKENS_MAX  # a prompt or answer longer than any model's context
 # A million requests per second is more than any pool this command sizes for (64 replicas of the smallest
 # model each serve a few hundred); beyond it the answer would be a shortfall of billions of GPUs.
 MAX_DEMAND_RPS = 1_000_000.0

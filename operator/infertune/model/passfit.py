@@ -247,16 +247,11 @@ def fit_pass(
     model: ModelProfile, gpu: GpuSpec, tp: int, batches: Numbers, seconds: Numbers,
     contexts: Numbers, weights: Numbers | None = None,
     napkin: NapkinAssumptions = DEFAULT_NAPKIN, prior: PassPrior = PassPrior(), iterations: int = 10,
-    one_batch: bool = False,
 ) -> PassFit:
     """Fits the napkin's coefficients to (batch, context, seconds) samples. Raises FitError without any
     usable sample. Invalid rows (non-finite, non-positive) are dropped, as `fit_per_pass` drops them.
-
-    Samples all at one batch size say nothing of how a pass grows with the batch: the fit would be the
-    prior's proportions scaled to one point, with an R² of about zero, so it is refused as the line fit
-    (`fit_per_pass`) refuses it. `one_batch` takes them anyway, for the planner's own fits (a fleet's
-    windows at one mean batch, or a measured line of one batch), where that scaled prior is the
-    calibration wanted and a refusal would drop the measurement."""
+    Samples all at one batch size give the prior's proportions scaled to that point: the calibration the
+    planner wants from a fleet's windows at one mean batch (`infertune fit` refuses them as a fit)."""
     x = np.asarray(batches, dtype=float)
     y = np.asarray(seconds, dtype=float)
     ctx = np.asarray(contexts, dtype=float)
@@ -268,9 +263,6 @@ def fit_pass(
     x, y, ctx, w0 = x[keep], y[keep], ctx[keep], w0[keep]
     if x.size == 0:
         raise FitError("no valid sample to fit")
-    if not one_batch and np.ptp(x) <= 0:
-        raise FitError(f"all samples share one batch size ({x[0]:g}): how a pass grows with the batch is "
-                       "undetermined")
     terms = pass_terms(model, gpu, tp, x, ctx, napkin)
     # Relative noise: each row is weighted by 1/(noise x seconds), times its confidence.
     base_rows = np.sqrt(w0) / (prior.noise * y)
@@ -340,10 +332,10 @@ def fit_from_line(model: ModelProfile, gpu: GpuSpec, tp: int, line: LinearFit, c
     Cached: the planner builds a model per call, and this must not refit every time."""
     batches, seconds = line_samples(line)
     contexts = np.full(batches.shape, context)
-    fit = fit_pass(model, gpu, tp, batches, seconds, contexts, napkin=napkin, prior=LINE_PRIOR, one_batch=True)
+    fit = fit_pass(model, gpu, tp, batches, seconds, contexts, napkin=napkin, prior=LINE_PRIOR)
     # The line pins the curve where it was measured, not the split between terms beyond it: the band is
     # the one samples with the usual scatter would give.
-    band = fit_pass(model, gpu, tp, batches, seconds, contexts, napkin=napkin, one_batch=True)
+    band = fit_pass(model, gpu, tp, batches, seconds, contexts, napkin=napkin)
     span = (max(line.batch_min, 1.0), max(line.batch_max, 1.0))
     return PassFit(fit.tp, fit.coefficients, fit.scale, band.covariance, line.r2 if line.samples else fit.r2,
                    line.samples or fit.samples, span[0], span[1], context, context, napkin)
@@ -371,5 +363,4 @@ def fit_from_samples(model: ModelProfile, gpu: GpuSpec, tp: int, samples: Sample
                      napkin: NapkinAssumptions) -> PassFit:
     """The physics fit of live samples; cached by their content, so it runs once per change of samples."""
     contexts = [c if c > 0 and math.isfinite(c) else default_context for c in samples.contexts]
-    return fit_pass(model, gpu, tp, samples.batches, samples.seconds, contexts, samples.weights, napkin,
-                    one_batch=True)
+    return fit_pass(model, gpu, tp, samples.batches, samples.seconds, contexts, samples.weights, napkin)

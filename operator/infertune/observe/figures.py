@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
 from infertune.api.observation import MetricsFault, Observation, ReplicaObservation
+from infertune.api.schema import CONTEXT_TOKENS_MAX
 from infertune.observe.dialects import REQUIRED_GAUGES, TTFT_QUANTILES
 
 DeploymentKey = tuple[str, str]  # (namespace, deployment)
@@ -278,7 +279,7 @@ ITL_MAX_SECONDS = 60.0
 # The inter-token seconds a window counts can exceed its streams x its length by what straddles its edges
 # (at most one token's wait per stream): twice the most streams a replica runs is past any edge effect.
 DECODING_SLACK = 2.0
-TOKENS_MAX = 10_000_000.0  # a mean prompt or answer longer than any model's context
+TOKENS_MAX = float(CONTEXT_TOKENS_MAX)  # a mean prompt or answer longer than any model's context
 _REQUEST_RATES = ("ttft_count", "completions", "prompt_length_count", "generation_length_count")
 _TOKEN_RATES = ("generation_tokens", "itl_count", "preemptions")
 
