@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from infertune.api.formats import FORMATS, TEXT, anchored
 from infertune.api.names import NAME_RULE
 from infertune.api.policy import POLICY_KIND, POLICY_PLURAL, ServingPolicySpec
 from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN
@@ -19,6 +20,9 @@ from infertune.api.spec import GROUP, KIND, PLURAL, VERSION, InferenceDeployment
 from infertune.api.status import InferenceDeploymentStatus
 
 Schema = dict[str, Any]
+# The reference names a format's pattern instead of printing it.
+_PATTERN_NAMES = {DURATION_PATTERN: "duration", DECIMAL_PATTERN: "decimal string", anchored(TEXT): "no NUL character",
+                  **{anchored(f.pattern): f.name for f in FORMATS}}
 # Keys pydantic emits that a structural CRD schema must not carry.
 _DROP = {"title", "additionalProperties_false", "$defs"}
 
@@ -146,6 +150,10 @@ def all_crds(gpu_names: Sequence[str] = ()) -> dict[str, Schema]:
     }
 
 
+def _pattern_name(pattern: str) -> str:
+    return _PATTERN_NAMES.get(pattern, f"pattern `{pattern}`")
+
+
 def _reference_rows(schema: Schema, path: str, required: bool, rows: list[str]) -> None:
     kind = schema.get("type", "")
     if kind == "array" and isinstance(schema.get("items"), dict):
@@ -156,9 +164,14 @@ def _reference_rows(schema: Schema, path: str, required: bool, rows: list[str]) 
     if "minimum" in schema or "maximum" in schema:
         bounds.append(f"{schema.get('minimum', '')}..{schema.get('maximum', '')}")
     if "pattern" in schema:
-        pattern = schema["pattern"]
-        bounds.append("duration" if pattern == DURATION_PATTERN else "decimal string" if pattern == DECIMAL_PATTERN
-                      else f"pattern `{pattern}`")
+        bounds.append(_pattern_name(schema["pattern"]))
+    if "maxLength" in schema:
+        bounds.append(f"at most {schema['maxLength']} characters")
+    if "maxProperties" in schema:
+        bounds.append(f"at most {schema['maxProperties']} entries")
+    values = schema.get("additionalProperties")
+    if isinstance(values, dict) and "pattern" in values:
+        bounds.append(f"values: {_pattern_name(values['pattern'])}")
     for entry in schema.get("x-kubernetes-validations", []):
         bounds.append(f"rule: {entry['message']}")
     default = f"`{schema['default']}`" if "default" in schema and schema["default"] != {} else ""

@@ -4,18 +4,14 @@ its URL, credentials and timeout checked before any query is built, or the pods'
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from infertune.api.formats import PROMETHEUS_URL
 from infertune.api.quantities import DURATION_PATTERN, parse_duration
-from infertune.api.schema import DURATION_FORMAT, ApiModel, KeyRef, rule
+from infertune.api.schema import DURATION_FORMAT, ApiModel, Formatted, KeyRef, rule
 
-# A base URL a tenant may name: http(s), a host, an optional path; no userinfo, query or fragment, so
-# nothing written here can become part of a query (observe/http.py parses it again before any use).
-PROMETHEUS_URL_PATTERN = r"^https?://[^/?#@\s]+(/[^?#\s]*)?$"
-PROMETHEUS_URL_MAX_LENGTH = 2048
 SOURCE_TIMEOUT_MIN, SOURCE_TIMEOUT_MAX = "100ms", "30s"
 
 
@@ -32,8 +28,8 @@ class PrometheusSource(ApiModel):
              "allowTokenOverHttp", ".url"),
     ]})
 
-    url: str | None = Field(
-        default=None, max_length=PROMETHEUS_URL_MAX_LENGTH, json_schema_extra={"pattern": PROMETHEUS_URL_PATTERN},
+    url: Annotated[str, Formatted(PROMETHEUS_URL)] | None = Field(
+        default=None,
         description="Default: the operator's --prometheus-url. http(s)://host[:port][/path], no user, query or "
                     "fragment; the platform may restrict it to an allow-list.")
     bearer_token_secret_ref: KeyRef | None = Field(default=None, description=(
@@ -51,14 +47,6 @@ class PrometheusSource(ApiModel):
                                    + DURATION_FORMAT)
     allow_token_over_http: bool = Field(default=False, description=(
         "Send the bearer token to a plain http url: only on a network you trust."))
-
-    @field_validator("url")
-    @classmethod
-    def _base_url(cls, url: str | None) -> str | None:
-        # The CRD's pattern, with a message that says which rule the URL breaks.
-        if url is not None and not re.fullmatch(PROMETHEUS_URL_PATTERN, url):
-            raise ValueError("must be http(s)://host[:port][/path] with no user, query ('?') or fragment ('#')")
-        return url
 
     @model_validator(mode="after")
     def _bounded(self) -> PrometheusSource:

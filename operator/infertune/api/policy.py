@@ -11,6 +11,7 @@ from infertune.api.schema import (
     REPLICAS_MAX,
     STALE_AFTER_RANGE,
     ApiModel,
+    Description,
     Duration,
     check_duration_range,
     duration_rules,
@@ -67,7 +68,8 @@ class ServingPolicySpec(ApiModel):
     """Presets for the InferenceDeployments that name this policy in spec.policyRef: each field applies where
     the resource leaves it unset, field by field."""
 
-    description: str = Field(default="", description="Free text saying what the policy is for.")
+    description: Description = Field(default="", description=(
+        "Free text saying what the policy is for; it may run over several lines, but hold no NUL character."))
     slo: Slo | None = None
     workload: WorkloadHints | None = None
     tuning: PolicyTuning | None = None

@@ -1,16 +1,32 @@
 """What every model of the API shares: camelCase on the wire with unknown fields refused, the CEL rule
-helper crdgen attaches, the string and integer forms Kubernetes conventions ask for (no floats), and the
-limits several resources state.
+helper crdgen attaches, the string and integer forms Kubernetes conventions ask for (no floats; the string
+formats of api/formats.py as field types), and the limits several resources state.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.alias_generators import to_camel
+from pydantic_core import CoreSchema, core_schema
 
+from infertune.api.formats import (
+    CATALOG_NAME,
+    DATA_KEY,
+    DESCRIPTION,
+    IMAGE,
+    LABEL_KEY,
+    LABEL_VALUE,
+    OBJECT_NAME,
+    QUANTITY,
+    RESOURCE_NAME,
+    TAINT_KEY,
+    Format,
+    shown,
+)
 from infertune.api.quantities import DECIMAL_PATTERN, DURATION_PATTERN, parse_duration
 
 ALLOWED_TP_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -101,10 +117,75 @@ def check_duration_range(value: str | None, bounds: tuple[str, str]) -> str | No
     return value
 
 
-def has_nul(text: str) -> bool:
-    """A string the engine receives as an argument or an environment variable cannot hold a NUL: execve(2)
-    takes C strings, so it would cut the string short (or the runtime refuses the container)."""
-    return "\x00" in text
+def _refuse(why: str | None) -> None:
+    if why is not None:
+        raise ValueError(why)
+
+
+class _Checked:
+    """Annotated metadata whose `check` runs after pydantic has validated the type."""
+
+    def check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+
+@dataclass(frozen=True)
+class Formatted(_Checked):
+    """A string field of this format: its CRD schema carries the format's patterns, and the operator's
+    validator refuses what they refuse, naming the first control character or the rule broken."""
+
+    format: Format
+
+    def check(self, value: str) -> str:
+        _refuse(self.format.refusal(value))
+        return value
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        return {**handler(schema), **self.format.schema()}
+
+
+# The most entries a string map of the spec holds (a node selector, a container's requests): more than any
+# pod carries, and a bound on what the CRD's CEL rule on the keys costs the API server.
+MAP_ENTRIES_MAX = 64
+
+
+@dataclass(frozen=True)
+class FormattedMap(_Checked):
+    """A map of strings whose keys and values have formats: the values are checked by the CRD's
+    `additionalProperties`, the keys by a CEL rule (a structural schema has no `propertyNames`)."""
+
+    key: Format
+    value: Format
+
+    def check(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAP_ENTRIES_MAX:
+            raise ValueError(f"has {len(value)} entries; at most {MAP_ENTRIES_MAX}")
+        for key, text in value.items():
+            _refuse(self.key.refusal(key, f"key {shown(key)}")
+                    or self.value.refusal(text, f"the value {shown(text)} of {shown(key)}"))
+        return value
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        out = handler(schema)
+        out["additionalProperties"] = {"type": "string", **self.value.schema()}
+        out["maxProperties"] = MAP_ENTRIES_MAX
+        out["x-kubernetes-validations"] = [rule(
+            f"self.all(k, {self.key.cel('k')})", f"every key must be {self.key.what}: {self.key.rule}")]
+        return out
+
+
+ObjectName = Annotated[str, Formatted(OBJECT_NAME)]
+DataKey = Annotated[str, Formatted(DATA_KEY)]
+LabelValue = Annotated[str, Formatted(LABEL_VALUE)]
+TaintKey = Annotated[str, Formatted(TAINT_KEY)]
+Image = Annotated[str, Formatted(IMAGE)]
+CatalogName = Annotated[str, Formatted(CATALOG_NAME)]
+Description = Annotated[str, Formatted(DESCRIPTION)]
+LabelMap = Annotated[dict[str, str], FormattedMap(LABEL_KEY, LABEL_VALUE)]
+ResourceMap = Annotated[dict[str, str], FormattedMap(RESOURCE_NAME, QUANTITY)]
 
 
 class ApiModel(BaseModel):
@@ -119,5 +200,6 @@ class ApiModel(BaseModel):
 class KeyRef(ApiModel):
     """A key in a Secret or ConfigMap of the resource's namespace."""
 
-    name: str = Field(min_length=1, description="Name of the object in the resource's namespace.")
-    key: str = Field(min_length=1, description="Key inside the object.")
+    name: ObjectName = Field(description="Name of the object in the resource's namespace (a DNS subdomain).")
+    key: DataKey = Field(description=(
+        "Key inside the object: letters, digits, '-', '_' and '.', not starting with '..'."))

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from infertune.api.flags import OWNED_ARGS, flag_name, owned_flag, owned_flag_regex
+from infertune.api.formats import ARGUMENT, ENV_NAME, ENV_VALUE, shown
 from infertune.api.metrics_source import Metrics
 from infertune.api.schema import (
     ALLOWED_TP_SIZES,
@@ -28,11 +29,19 @@ from infertune.api.schema import (
     TOLERATION_SECONDS_MAX,
     TTFT_LIMIT_RANGE,
     ApiModel,
+    CatalogName,
+    DataKey,
     Decimal,
     Duration,
+    Formatted,
+    Image,
+    LabelMap,
+    LabelValue,
+    ObjectName,
+    ResourceMap,
+    TaintKey,
     check_duration_range,
     duration_rules,
-    has_nul,
     rule,
 )
 from infertune.api.tuning import Tuning
@@ -53,8 +62,9 @@ class ConfigMapModelRef(ApiModel):
     every cycle, so an edit is planned with on the next one; until it exists the resource waits
     (Ready=False, ConfigMapNotFound)."""
 
-    name: str = Field(min_length=1, description="ConfigMap holding a Hugging Face config.json.")
-    key: str = Field(default="config.json", description="Key holding the JSON.")
+    name: ObjectName = Field(description="ConfigMap holding a Hugging Face config.json (a DNS subdomain).")
+    key: DataKey = Field(default="config.json", description=(
+        "Key holding the JSON: letters, digits, '-', '_' and '.', not starting with '..'."))
 
 
 class Architecture(ApiModel):
@@ -201,8 +211,10 @@ class ModelSource(ApiModel):
              "self.loadTests.filter(b, b.tensorParallelSize == a.tensorParallelSize).size() == 1)",
              "loadTests: one load test per tensorParallelSize", ".loadTests")]})
 
-    weights: str = Field(min_length=1, description="What the engine loads: a Hugging Face id or a path.")
-    profile: str | None = Field(default=None, description="A catalog profile, e.g. kimi-k2.6.")
+    weights: Annotated[str, Formatted(ARGUMENT)] = Field(min_length=1, description=(
+        "What the engine loads: a Hugging Face id or a path, passed as its argument (so without a NUL)."))
+    profile: CatalogName | None = Field(default=None, description=(
+        "A catalog profile, e.g. kimi-k2.6 (no control character)."))
     architecture: Architecture | None = None
     config_map_ref: ConfigMapModelRef | None = None
     load_tests: list[LoadTest] = Field(default_factory=list, max_length=LOAD_TESTS_MAX, description=(
@@ -223,25 +235,28 @@ class ModelSource(ApiModel):
 class EnvVar(ApiModel):
     """An environment variable of the engine container, with a literal value."""
 
-    name: str = Field(min_length=1, description="Name of the variable.")
-    value: str = Field(default="", description="Its value, without a NUL character. Default empty.")
+    # The name as Kubernetes takes it; a NUL in either is refused by the rule on spec.engine.env.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
+        ENV_NAME.cel("self.name"), f"name: {ENV_NAME.rule}", ".name")]})
+
+    name: str = Field(min_length=1, json_schema_extra={"maxLength": ENV_NAME.max_length}, description=(
+        f"Name of the variable: printable ASCII characters other than '=', at most {ENV_NAME.max_length} of them."))
+    value: str = Field(default="", json_schema_extra={"maxLength": ENV_VALUE.max_length}, description=(
+        f"Its value, without a NUL character, at most {ENV_VALUE.max_length} characters. Default empty."))
 
     @field_validator("name", "value")
     @classmethod
-    def _no_nul(cls, text: str) -> str:
-        if has_nul(text):  # the CRD's rule on spec.engine.env
-            raise ValueError(f"holds a NUL character at {text.index(chr(0))}, which an environment variable "
-                             "cannot carry")
-        return text
+    def _formats(cls, text: str, info: ValidationInfo) -> str:
+        return Formatted(ENV_NAME if info.field_name == "name" else ENV_VALUE).check(text)
 
 
 class Resources(ApiModel):
     """Extra CPU/memory for the engine container; the operator sets nvidia.com/gpu itself."""
 
-    requests: dict[str, str] = Field(default_factory=dict, description=(
+    requests: ResourceMap = Field(default_factory=dict, description=(
         "Resource name to quantity, e.g. cpu: '16', memory: 256Gi. An nvidia.com/gpu entry is replaced by the "
-        "GPUs of each pod."))
-    limits: dict[str, str] = Field(default_factory=dict, description=(
+        "GPUs of each pod. Names are qualified names (as label keys are), quantities non-negative."))
+    limits: ResourceMap = Field(default_factory=dict, description=(
         "Resource name to quantity. An nvidia.com/gpu entry is replaced by the GPUs of each pod."))
 
 
@@ -265,7 +280,7 @@ class Engine(ApiModel):
         rule(_owned_flag_rule("sglang"), "extraArgs must not set flags the operator owns: "
              + ", ".join(OWNED_ARGS["sglang"]), ".extraArgs"),
         rule("self.kind != 'sglang' || has(self.image)", _SGLANG_NEEDS_AN_IMAGE, ".image"),
-        # has_nul: no argument or environment variable can carry a NUL.
+        # No argument or environment variable can carry a NUL (formats.ARGUMENT, ENV_NAME, ENV_VALUE).
         rule("!has(self.extraArgs) || self.extraArgs.all(a, !a.contains('\\x00'))",
              "extraArgs: no argument may hold a NUL character", ".extraArgs"),
         rule("!has(self.env) || self.env.all(e, !e.name.contains('\\x00') && "
@@ -276,9 +291,10 @@ class Engine(ApiModel):
     kind: EngineKind = Field(default="vllm", description=(
         "The engine the image runs, vllm or sglang: the operator renders that engine's command and flags. "
         "Default vllm."))
-    image: str | None = Field(default=None, min_length=1, description=(
-        f"The engine container's image. Default {VLLM_IMAGE} for kind vllm; kind sglang needs one set, since "
-        "there is no default SGLang image the operator could vouch for."))
+    image: Image | None = Field(default=None, description=(
+        f"The engine container's image, a reference the container runtime parses ([registry[:port]/]repository"
+        f"[:tag][@digest]). Default {VLLM_IMAGE} for kind vllm; kind sglang needs one set, since there is no "
+        "default SGLang image the operator could vouch for."))
     extra_args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=128, description=(
             "Passed through after the operator's flags; none may hold a NUL character."))
@@ -317,20 +333,21 @@ class Engine(ApiModel):
                 spelled = "" if flag_name(arg) == flag else f" (as {arg.split('=', 1)[0][:64]!r})"
                 raise ValueError(f"spec.engine.extraArgs[{index}]: {flag}{spelled} is owned by the operator; "
                                  f"remove it (owned: {', '.join(owned)})")
-            if has_nul(arg):  # the CRD's rule on extraArgs
-                raise ValueError(f"spec.engine.extraArgs[{index}]: holds a NUL character at {arg.index(chr(0))}, "
-                                 "which a command-line argument cannot carry")
+            why = ARGUMENT.refusal(arg)  # the CRD's rule on extraArgs
+            if why is not None:
+                raise ValueError(f"spec.engine.extraArgs[{index}]: {why}")
         return self
 
 
 class Toleration(ApiModel):
     """A toleration of the engine pods, as in a Pod spec."""
 
-    key: str | None = Field(default=None, description=(
-        "The taint key it matches. Unset, with operator Exists: every taint."))
+    key: TaintKey | None = Field(default=None, description=(
+        "The taint key it matches, a label key. Unset (or empty), with operator Exists: every taint."))
     operator: Literal["Equal", "Exists"] | None = Field(default=None, description=(
         "Equal matches the taint's value, Exists any value. Unset: Equal."))
-    value: str | None = Field(default=None, description="The taint value operator Equal matches.")
+    value: LabelValue | None = Field(default=None, description=(
+        "The taint value operator Equal matches, a label value."))
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(default=None, description=(
         "The taint effect it matches. Unset: every effect."))
     toleration_seconds: int | None = Field(default=None, ge=0, le=TOLERATION_SECONDS_MAX, description=(
@@ -341,9 +358,10 @@ class Toleration(ApiModel):
 class Hardware(ApiModel):
     """The GPUs the engine runs on, where its pods may be scheduled, and how many GPUs it may use."""
 
-    gpu: str = Field(default="b200", description="GPU catalog name (b200, h200, h100, gb200, b300).")
-    node_selector: dict[str, str] = Field(default_factory=dict, description=(
-        "Node labels the engine pods require (their nodeSelector), e.g. to land on nodes with this GPU."))
+    gpu: CatalogName = Field(default="b200", description="GPU catalog name (b200, h200, h100, gb200, b300).")
+    node_selector: LabelMap = Field(default_factory=dict, description=(
+        "Node labels the engine pods require (their nodeSelector), e.g. to land on nodes with this GPU: label "
+        "keys and values."))
     tolerations: list[Toleration] = Field(default_factory=list, description=(
         "Tolerations of the engine pods, e.g. for tainted GPU nodes."))
     gpus_per_node: int | None = Field(default=None, ge=1, le=72, description=(
@@ -431,7 +449,7 @@ class PolicyRef(ApiModel):
     exists the resource waits (Ready=False, PolicyNotFound); a deleted policy keeps applying as last seen
     (status.policy)."""
 
-    name: str = Field(min_length=1, description="Name of the ServingPolicy.")
+    name: ObjectName = Field(description="Name of the ServingPolicy (a DNS subdomain).")
 
 
 class InferenceDeploymentSpec(ApiModel):
@@ -463,7 +481,6 @@ def parse_spec(raw: Any) -> InferenceDeploymentSpec:
 
 # pydantic's errors for a number outside a field's ge/le (or too large to parse at all).
 _RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "int_parsing_size"}
-_SHOWN_MAX = 40
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -500,11 +517,6 @@ def _range_of(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[Any,
     return None if low is None and high is None else (low, high)
 
 
-def _shown(value: Any) -> str:
-    text = str(value) if isinstance(value, int | float) else repr(value)
-    return text if len(text) <= _SHOWN_MAX else f"{text[:_SHOWN_MAX - 3]}... ({len(text)} characters)"
-
-
 def describe_error(exc: Any, root: str, model: type[BaseModel] | None = None) -> str:
     """One line naming the first failing field, whatever pydantic raised. With the `model` validated, a
     number outside its field's range is told with its value and the whole range."""
@@ -517,5 +529,5 @@ def describe_error(exc: Any, root: str, model: type[BaseModel] | None = None) ->
     bounds = _range_of(model, tuple(first["loc"])) if first.get("type") in _RANGE_ERRORS else None
     if bounds is not None:
         low, high = ("" if b is None else str(b) for b in bounds)
-        return f"{path}: {_shown(first.get('input'))} is outside the allowed range {low}..{high}"
+        return f"{path}: {shown(first.get('input'))} is outside the allowed range {low}..{high}"
     return f"{path}: {message}"

@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import logging
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import kopf
 import structlog
 
+from infertune.api.formats import DATA_KEY
 from infertune.api.names import is_namespace_name, is_object_name
 from infertune.commands._inputs import cluster_client
 from infertune.controller import OperatorContext, build_registry
@@ -27,7 +27,6 @@ from infertune.observe.promql import range_seconds
 
 # Where a pod's own namespace is when the downward API did not set POD_NAMESPACE.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # The timer and the poll: faster than ten a second would hammer the API server and Prometheus, slower
 # than once a day would never tune (NaN, compared with either, fails both).
@@ -91,7 +90,7 @@ def _checked(args: argparse.Namespace) -> None:
             raise UserError("--prometheus-token-secret needs --prometheus-url (the token is for that Prometheus)")
         if not is_object_name(args.prometheus_token_secret):
             raise UserError(f"--prometheus-token-secret {args.prometheus_token_secret!r} is not a Secret name")
-        if not _SECRET_KEY.fullmatch(args.prometheus_token_key):
+        if DATA_KEY.refusal(args.prometheus_token_key) is not None:
             raise UserError(f"--prometheus-token-key {args.prometheus_token_key!r} is not a Secret key")
 
 
