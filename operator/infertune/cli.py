@@ -50,18 +50,28 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {_one_line(message)}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or, when `argv` names a command, only that command's parser: importing
+    every command (the lab's bench and demo pull in matplotlib, the operator's run kopf and the
+    Kubernetes client) took seconds before `infertune plan` read its first flag."""
     parser = Parser(prog="infertune", description=__doc__)
     parser.add_argument("--version", action="version", version=f"infertune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in command_modules():
+    modules = command_modules()
+    wanted = None if argv is None else _command_named(argv)
+    for name in [m for m in modules if m.rsplit(".", 1)[-1] == wanted] or modules:
         importlib.import_module(name).register(sub)
     return parser
 
 
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs: its first word that is not a flag (the top level takes no flag with a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def _missing_lab_command(argv: Sequence[str]) -> str | None:
     """The lab command asked for when the lab is not installed (the operator's image)."""
-    wanted = next((a for a in argv if not a.startswith("-")), None)
+    wanted = _command_named(argv)
     present = {name.rsplit(".", 1)[-1] for name in command_modules()}
     return wanted if wanted in LAB_COMMANDS and wanted not in present else None
 
@@ -73,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"`pip install infertune-lab` (the operator's image does not carry it)", file=sys.stderr)
         return 2
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
     except SystemExit as exc:  # argparse answered (a bad flag in one line, or --help): its exit code
         return exc.code if isinstance(exc.code, int) else 2
     try:
