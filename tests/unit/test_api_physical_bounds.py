@@ -189,8 +189,9 @@ def test_a_context_longer_than_any_model_holds_is_refused_when_the_policy_and_re
 @pytest.mark.parametrize(("path", "value"), [
     ("spec.hardware.poolGpus", POOL_GPUS_MAX),
     ("spec.engine.startupSeconds", STARTUP_SECONDS_MAX),
-    ("spec.hardware.tolerations.0.tolerationSeconds", 0),
-    ("spec.hardware.tolerations.0.tolerationSeconds", TOLERATION_SECONDS_MAX),
+    ("spec.hardware.tolerations.0", {"key": "nvidia.com/gpu", "effect": "NoExecute", "tolerationSeconds": 0}),
+    ("spec.hardware.tolerations.0", {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute",
+                                     "tolerationSeconds": TOLERATION_SECONDS_MAX}),
     ("spec.workload", {"freshTokens": 2_000_000, "cachedTokens": 7_999_000, "outputTokens": 1_000}),
     ("spec.slo", {"minStreamTokensPerSecond": STREAM_TOKENS_PER_SECOND_MAX, "ttft": {"limit": "24h"}}),
     ("spec.slo.ttft", {"limit": "1ms"}),

@@ -9,12 +9,16 @@ wherever the name pointed)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import re2
 import yaml
 
+from infertune.api import formats
+from infertune.api.formats import anchored
 from infertune.api.policy import parse_policy
 from infertune.api.spec import parse_spec
 from infertune.errors import SpecError
@@ -51,6 +55,12 @@ RESOURCE_CASES = [
      "spec.model.configMapRef.key", "key"),
     ("spec.policyRef.name", "coding-agent\x00", "spec.policyRef.name", "NUL character"),
     ("spec.policyRef.name", "../../etc/passwd", "spec.policyRef.name", "DNS subdomain"),
+    # A final newline: Python's re.search lets `$` match before it, RE2 (the API server's) does not.
+    ("spec.policyRef.name", "coding-agent\n", "spec.policyRef.name", "control character"),
+    ("spec.model", {**CONFIG_MAP_MODEL, "configMapRef": {"name": "model-config\n"}},
+     "spec.model.configMapRef.name", "control character"),
+    ("spec.hardware.nodeSelector", {"nvidia.com/gpu.product": "NVIDIA-B200\n"}, "spec.hardware.nodeSelector",
+     "control character"),
     ("spec.hardware.nodeSelector", {"nvidia.com/gpu.product": "NVIDIA\x00B200"}, "spec.hardware.nodeSelector",
      "NUL character"),
     ("spec.hardware.nodeSelector", {"nvidia.com/gpu\x00.product": "NVIDIA-B200"}, "spec.hardware.nodeSelector",
@@ -77,6 +87,10 @@ RESOURCE_CASES = [
     (f"{PROM}.url", "http://prometheus\x00.monitoring:9090", f"{PROM}.url", "NUL character"),
     (f"{PROM}.url", "http://prometheus\x7f.monitoring:9090", f"{PROM}.url", "control character"),
     (f"{PROM}.url", "https://prometheus.monitoring/a\x01b", f"{PROM}.url", "control character"),
+    # Unicode's spaces, which Python's `\\s` matches and RE2's does not; and any other non-ASCII character.
+    (f"{PROM}.url", "http://prometheus\xa0.monitoring:9090", f"{PROM}.url", "Prometheus URL"),
+    (f"{PROM}.url", "https://prometheus.monitoring/api\u2028", f"{PROM}.url", "Prometheus URL"),
+    (f"{PROM}.url", "https://prometheus.example.com/métriques", f"{PROM}.url", "Prometheus URL"),
     (f"{PROM}.bearerTokenSecretRef", {"name": "prom\x00token", "key": "token"},
      f"{PROM}.bearerTokenSecretRef.name", "NUL character"),
     (f"{PROM}.caSecretRef", {"name": "prom-ca", "key": "ca\x00.crt"}, f"{PROM}.caSecretRef.key", "NUL character"),
@@ -174,6 +188,7 @@ def test_plan_refuses_a_policy_string_in_one_line(capsys: pytest.CaptureFixture[
     ("spec.engine.resources", {"requests": {"cpu": "16", "memory": "256Gi", "ephemeral-storage": "1.5e3"},
                                "limits": {"example.com/rdma": "1", "hugepages-2Mi": "1Gi", "cpu": "500m"}}),
     (f"{PROM}.url", "https://prometheus.example.com:9443/prom/api"),
+    (f"{PROM}.url", "https://prometheus.example.com/m%C3%A9triques"),
     (f"{PROM}.caConfigMapRef", {"name": "kube-root-ca.crt", "key": "ca.crt"}),
 ], ids=lambda v: str(v)[:30])
 def test_what_kubernetes_takes_is_taken_by_the_model_and_the_api_server(path: str, value: Any) -> None:
@@ -186,3 +201,30 @@ def test_a_policy_description_may_run_over_several_lines() -> None:
     doc = _with(_load(POLICY), "spec.description", "coding agents:\n\t>= 25 tok/s per stream\r\n")
     parse_policy(doc["spec"])
     assert admission_errors(doc) == []
+
+
+# --- one definition, two engines ------------------------------------------------------------------------
+# A string of each format, and what is put before, inside and after it: RE2 (the API server's, searching the
+# CRD's anchored pattern) and Python's re.fullmatch (the models') must take and refuse the same.
+FORMAT_EXAMPLES = {
+    "OBJECT_NAME": "model-config", "DATA_KEY": "config.json", "LABEL_KEY": "nvidia.com/gpu.product",
+    "LABEL_VALUE": "NVIDIA-B200", "TAINT_KEY": "nvidia.com/gpu", "RESOURCE_NAME": "example.com/rdma",
+    "QUANTITY": "256Gi", "IMAGE": f"ghcr.io/infertune/vllm:v0.11.0@{DIGEST}", "ENV_NAME": "HF_HOME",
+    "ARGUMENT": "--max-model-len=65536", "ENV_VALUE": "/models", "DESCRIPTION": "coding agents",
+    "CATALOG_NAME": "kimi-k2.6", "PROMETHEUS_URL": "https://prometheus.monitoring:9090/prom",
+}
+ODD = ["", "\n", "\r\n", " ", "\t", "\x00", "\x7f", "\x85", "\xa0", "\u2028", "\u3000", "é", "/", "$"]
+
+
+def test_every_format_has_an_example() -> None:
+    assert sorted(FORMAT_EXAMPLES) == sorted(n for n, v in vars(formats).items() if isinstance(v, formats.Format))
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_EXAMPLES))
+def test_re2_and_python_read_each_format_alike(name: str) -> None:
+    fmt, example = getattr(formats, name), FORMAT_EXAMPLES[name]
+    assert fmt.refusal(example) is None, fmt.refusal(example)
+    probes = [p for odd in ODD for p in (example + odd, odd + example, example[:3] + odd + example[3:])]
+    for pattern in (fmt.pattern, *fmt.limits):
+        differ = [t for t in probes if bool(re2.search(anchored(pattern), t)) != bool(re.fullmatch(pattern, t))]
+        assert differ == [], (name, pattern)

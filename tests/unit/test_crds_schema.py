@@ -4,12 +4,15 @@ OpenAPI schema (jsonschema) and the CEL rules (cel-python), and each class of ba
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import celpy
 import jsonschema
 import pytest
+import re2  # Google's RE2, the API server's regular expressions (cel-python needs it too, for matches())
 import yaml
 
 from infertune.api.quantities import format_duration
@@ -21,6 +24,22 @@ from infertune.planner.request import DEFAULT_TP_SIZES, resolve
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = {p.name: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crds").glob("*.yaml"))}
 _CEL = celpy.Environment()
+
+
+def _re2_pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[Any]:
+    """OpenAPI `pattern` as the API server checks it: an RE2 search, where `$` is the end of the string.
+    jsonschema's own uses Python's re.search, whose `$` also matches before a final newline (and whose `\\s`
+    is Unicode's whitespace, RE2's only ASCII's), so it would admit "name\\n" that the API server refuses."""
+    if validator.is_type(instance, "string") and not re2.search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft7Validator, {"pattern": _re2_pattern})
+
+
+@functools.cache
+def _program(rule: str) -> Any:
+    return _CEL.program(_CEL.compile(rule))
 
 
 def _schema(kind: str) -> dict[str, Any]:
@@ -48,7 +67,7 @@ def _defaulted(schema: dict[str, Any], obj: Any) -> Any:
 def _cel_errors(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
     errors = []
     for entry in schema.get("x-kubernetes-validations", []):
-        program = _CEL.program(_CEL.compile(entry["rule"]))
+        program = _program(entry["rule"])
         if not bool(program.evaluate({"self": celpy.json_to_cel(obj)})):
             errors.append(f"{path}{entry.get('fieldPath', '')}: {entry['message']}")
     if isinstance(obj, dict):
@@ -61,16 +80,21 @@ def _cel_errors(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
     return errors
 
 
+def schema_errors(schema: dict[str, Any], obj: Any) -> list[str]:
+    """What the API server would say about `obj` under `schema` (a CRD's, or one of its nodes'): schema
+    errors, then CEL errors."""
+    errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
+              for e in _VALIDATOR(schema).iter_errors(obj)]
+    if errors:
+        return errors
+    return _cel_errors(schema, _defaulted(schema, obj))
+
+
 def admission_errors(doc: dict[str, Any]) -> list[str]:
     """What the API server would say about this object: schema errors, then CEL errors. The server
     has already checked metadata.name as an object name, so a document without one is given one."""
-    schema = _schema(doc["kind"])
     body = {"metadata": {"name": "unnamed"}, **{k: v for k, v in doc.items() if k in ("metadata", "spec", "status")}}
-    errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
-              for e in jsonschema.Draft7Validator(schema).iter_errors(body)]
-    if errors:
-        return errors
-    return _cel_errors(schema, _defaulted(schema, body))
+    return schema_errors(_schema(doc["kind"]), body)
 
 
 def _docs(folder: str) -> list[Path]:

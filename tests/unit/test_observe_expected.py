@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from infertune.api.observation import MetricsFault
-from infertune.observe.figures import Expected, PodFigures, judge
+from infertune.observe.figures import Expected, PodFigures, judge, shown
 
 KEY = ("inference", "kimi-k2")
 
@@ -27,3 +27,12 @@ def test_a_scale_down_expects_only_the_pods_that_stay() -> None:
 
 def test_the_first_apply_expects_nothing_until_the_workload_reports_ready_pods() -> None:
     assert Expected().after_scaling_to(3) == Expected()
+
+
+def test_a_message_repeats_a_pod_name_only_if_kubernetes_could_have_given_it() -> None:
+    """A source names pods in its label values; what no pod could be called (the API's DNS subdomain,
+    api/formats.py) is not repeated into a condition."""
+    for name in ("kimi-k2-7d9f8c-x2x9q", "a", "0.pod-1.b", "p" * 253):
+        assert shown(name) == name
+    for name in ("kimi-k2-0\n", "Kimi-K2-0", "a..b", "a.-b", "-a", "a-", "p" * 254, "pod\x1b[2J", ""):
+        assert shown(name) == "(a series with an invalid pod name)", name

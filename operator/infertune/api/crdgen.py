@@ -160,7 +160,7 @@ def _reference_rows(schema: Schema, path: str, required: bool, rows: list[str]) 
         kind = f"array of {schema['items'].get('type', '')}"
     bounds = []
     if "enum" in schema:
-        bounds.append("one of " + ", ".join(f"`{v}`" for v in schema["enum"]))
+        bounds.append("one of " + ", ".join(f"`{v}`" if v != "" else '`""`' for v in schema["enum"]))
     if "minimum" in schema or "maximum" in schema:
         bounds.append(f"{schema.get('minimum', '')}..{schema.get('maximum', '')}")
     if "pattern" in schema:

@@ -5,7 +5,9 @@ free text that only a NUL ends.
 Each `Format` is checked twice from one definition: its patterns go into the CRD (OpenAPI `pattern`, the
 further ones under `allOf`, a map's keys through a CEL rule), and `refusal` gives the operator's message,
 which names the first control character and its position, or the rule the string breaks. The patterns are
-written in the syntax RE2 (the API server's) and Python's `re` read alike, so both refuse the same strings.
+written in the syntax RE2 (the API server's) and Python's `re` read alike (no `\\s`, whose sets differ; RE2
+searches a pattern within `^(?:...)$`, whose `$` is the end of the string, and re.fullmatch matches it
+whole), so both refuse the same strings.
 """
 
 from __future__ import annotations
@@ -149,10 +151,12 @@ DESCRIPTION = Format("a description", "no NUL", TEXT, forbidden=NUL)
 CATALOG_NAME = Format("a catalog name", "no control character", f"[^{CONTROL}]*", max_length=253)
 # A base URL a tenant may name (spec.metrics.prometheus.url): http(s), a host, an optional path; no userinfo,
 # query or fragment, so nothing written here can become part of a query (observe/http.py parses it again
-# before any use).
+# before any use). Printable ASCII, as a URL is (other scripts are written percent-encoded or in IDNA's xn--
+# form), and no space, spelled out: `\s` is ASCII's whitespace to RE2 and Unicode's to Python.
 PROMETHEUS_URL = Format(
-    "a Prometheus URL", "http(s)://host[:port][/path] with no user, query ('?') or fragment ('#')",
-    rf"https?://[^/?#@\s{CONTROL}]+(/[^?#\s{CONTROL}]*)?", max_length=2048)
+    "a Prometheus URL",
+    "http(s)://host[:port][/path] in printable ASCII, with no space, user, query ('?') or fragment ('#')",
+    rf"https?://[^/?#@ {CONTROL}]+(/[^?# {CONTROL}]*)?", limits=("[ -~]*",), max_length=2048)
 
 # The formats whose pattern a CRD field carries, for the CRD reference to name it (TEXT's fields are named
 # by what they refuse; a map's keys and an environment variable's name are checked by CEL rules).

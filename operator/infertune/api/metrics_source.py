@@ -30,8 +30,8 @@ class PrometheusSource(ApiModel):
 
     url: Annotated[str, Formatted(PROMETHEUS_URL)] | None = Field(
         default=None,
-        description="Default: the operator's --prometheus-url. http(s)://host[:port][/path], no user, query or "
-                    "fragment; the platform may restrict it to an allow-list.")
+        description="Default: the operator's --prometheus-url. http(s)://host[:port][/path] in printable ASCII, no "
+                    "space, user, query or fragment; the platform may restrict it to an allow-list.")
     bearer_token_secret_ref: KeyRef | None = Field(default=None, description=(
         "A Secret key of the resource's namespace holding the bearer token sent to Prometheus; it is read on "
         "every poll, so a rotated token is picked up. Unset: no token, or with url unset the operator's own "

@@ -59,6 +59,10 @@ STARTUP_SECONDS_MAX = 86_400
 # evicts at once for 0 and below, so 0 is the least; a taint tolerated for more than 30 days is tolerated
 # for good, which is what leaving the field unset says.
 TOLERATION_SECONDS_MAX = 30 * 86_400
+# The most tolerations of the engine pods (spec.hardware.tolerations): more than any pod carries, and a bound
+# on what the CRD's CEL rules on each toleration cost the API server (an unbounded list is estimated at a
+# million items).
+TOLERATIONS_MAX = 64
 # Cooldowns between changes (spec.tuning.cooldowns scaleUp, scaleDown, relayout): at most 30 days, a
 # month's freeze; a longer one is "never", which a resource says with mode Recommend or Off.
 COOLDOWN_RANGE = ("0s", "720h")

@@ -27,6 +27,7 @@ from infertune.api.schema import (
     STARTUP_SECONDS_MAX,
     STREAM_TOKENS_PER_SECOND_MAX,
     TOLERATION_SECONDS_MAX,
+    TOLERATIONS_MAX,
     TTFT_LIMIT_RANGE,
     ApiModel,
     CatalogName,
@@ -339,20 +340,46 @@ class Engine(ApiModel):
         return self
 
 
+# What Kubernetes' Pod validation asks of a toleration besides its fields' formats (ValidateTolerations,
+# k8s.io/kubernetes pkg/apis/core/validation): a Deployment whose pods break one is refused on every apply.
+# Each is a CEL rule of the CRD and, with the same message, a check of the model.
+_TOLERATION_RULES = (
+    rule("(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+         "operator must be Exists when key is empty (that toleration matches every taint)", ".operator"),
+    rule("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+         "value must be empty when operator is Exists (Exists matches any value)", ".value"),
+    rule("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+         "tolerationSeconds needs effect NoExecute (it is how long a pod stays once a NoExecute taint appears)",
+         ".effect"),
+)
+
+
 class Toleration(ApiModel):
     """A toleration of the engine pods, as in a Pod spec."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(_TOLERATION_RULES)})
+
     key: TaintKey | None = Field(default=None, description=(
-        "The taint key it matches, a label key. Unset (or empty), with operator Exists: every taint."))
-    operator: Literal["Equal", "Exists"] | None = Field(default=None, description=(
-        "Equal matches the taint's value, Exists any value. Unset: Equal."))
+        "The taint key it matches, a label key. Unset or empty: every taint, which needs operator Exists."))
+    operator: Literal["Equal", "Exists", ""] | None = Field(default=None, description=(
+        "Equal matches the taint's value, Exists any value (and takes no value). Unset or empty: Equal."))
     value: LabelValue | None = Field(default=None, description=(
-        "The taint value operator Equal matches, a label value."))
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(default=None, description=(
-        "The taint effect it matches. Unset: every effect."))
+        "The taint value operator Equal matches, a label value; empty with Exists."))
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = Field(default=None, description=(
+        "The taint effect it matches. Unset or empty: every effect."))
     toleration_seconds: int | None = Field(default=None, ge=0, le=TOLERATION_SECONDS_MAX, description=(
-        "With effect NoExecute: seconds the pod stays on a node once the taint appears, 0 (evicted at once) "
-        "to 30 days. Unset: for good."))
+        "Only with effect NoExecute: seconds the pod stays on a node once the taint appears, 0 (evicted at "
+        "once) to 30 days. Unset: for good."))
+
+    @model_validator(mode="after")
+    def _as_kubernetes_takes_it(self) -> Toleration:
+        broken = (not self.key and self.operator != "Exists",
+                  self.operator == "Exists" and bool(self.value),
+                  self.toleration_seconds is not None and self.effect != "NoExecute")
+        for check, wrong in zip(_TOLERATION_RULES, broken, strict=True):
+            if wrong:
+                raise ValueError(check["message"])
+        return self
 
 
 class Hardware(ApiModel):
@@ -362,8 +389,8 @@ class Hardware(ApiModel):
     node_selector: LabelMap = Field(default_factory=dict, description=(
         "Node labels the engine pods require (their nodeSelector), e.g. to land on nodes with this GPU: label "
         "keys and values."))
-    tolerations: list[Toleration] = Field(default_factory=list, description=(
-        "Tolerations of the engine pods, e.g. for tainted GPU nodes."))
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=TOLERATIONS_MAX, description=(
+        f"Tolerations of the engine pods, e.g. for tainted GPU nodes; at most {TOLERATIONS_MAX}."))
     gpus_per_node: int | None = Field(default=None, ge=1, le=72, description=(
         "GPUs on one node. Default: the catalog's for the GPU (8 on an HGX board, 4 on a GB200 tray). A "
         "replica whose TP is larger spans nodes, as a LeaderWorkerSet instead of a Deployment."))

@@ -12,11 +12,11 @@ outside it is an `ImplausibleValue` fault, never a number the planner sizes from
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
+from infertune.api.formats import OBJECT_NAME
 from infertune.api.observation import MetricsFault, Observation, ReplicaObservation
 from infertune.api.schema import CONTEXT_TOKENS_MAX
 from infertune.observe.dialects import REQUIRED_GAUGES, TTFT_QUANTILES
@@ -73,14 +73,11 @@ class PodFigures:
     counter_reset: bool = False
 
 
-# A pod's name as Kubernetes allows it (DNS-1123 subdomain). A source names pods in its label values;
-# anything else it calls a pod is not repeated into a condition.
-_POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-
-
 def shown(pod: str) -> str:
-    """How a message names a pod a source reported: its name, or a placeholder if that is no pod name."""
-    return pod if _POD_NAME.fullmatch(pod) else "(a series with an invalid pod name)"
+    """How a message names a pod a source reported: its name, or a placeholder if that is no pod name (a
+    DNS subdomain, as Kubernetes allows it). A source names pods in its label values; anything else it
+    calls a pod is not repeated into a condition."""
+    return pod if OBJECT_NAME.refusal(pod) is None else "(a series with an invalid pod name)"
 
 
 def _finite(value: float | None) -> float | None:
