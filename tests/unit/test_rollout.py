@@ -533,13 +533,17 @@ def test_a_cost_move_on_a_pool_its_own_shape_fills_sheds_only_the_headroom_once_
 
 def test_a_scale_up_mid_rollout_leaves_room_for_the_old_pods_of_another_tp():
     # 7 TP8 pods (56 GPUs) roll into TP4: a scale-up of the TP4 count while they still serve must leave
-    # them their GPUs, or new pods stay Pending while the old ones wait for them: stalled for good.
+    # them their GPUs, or new pods stay Pending while the old ones wait for them: stalled for good. At the
+    # rollout's surge of 2 no count above 7 fits; at a surge of 1, rendered with the scale-up, 8 does.
     p = plan(request(6.0), fresh(6.0), NOW)
     assert p.layout is not None and p.layout.tensor_parallel_size == 4 and p.layout.replicas >= 14
     rolling = PlannerState(applied=replace(p.layout, replicas=7), rolling_out=True, rollout_surge=2,
                            rolled_from=Layout(8, 6, 7))
+    assert peak_gpus(Layout(8, 6, 7), replace(p.layout, replicas=8), 2) > 64
     d = decide(p, rolling, fresh(6.0), RAILS, NOW)
-    assert d.target is None or peak_gpus(Layout(8, 6, 7), d.target, 2) <= 64
+    assert d.action is Action.SCALE_UP and d.target == replace(p.layout, replicas=8) and d.max_surge == 1
+    assert peak_gpus(Layout(8, 6, 7), d.target, d.max_surge) <= 64 and "maxSurge 1 (was 2)" in d.message
+    d = decide(p, replace(rolling, applied=d.target, rollout_surge=1), fresh(6.0), RAILS, NOW)
     assert d.action is not Action.SCALE_UP and "surge pod" in d.message
     # The same count with old pods of the new TP leaves room for the surge pod only.
     same_tp = replace(rolling, rolled_from=replace(p.layout, max_num_seqs=p.layout.max_num_seqs + 1, replicas=7))
@@ -570,3 +574,21 @@ def test_only_the_plans_own_choice_sheds_pods():
     assert reachable(ranked, running, keep=16, keep_at_least=9) is None
     mine = replace(p, layout=next_best, ranked=(next_best,))
     assert reachable(mine, running, keep=16, keep_at_least=9) is not None
+
+
+def test_a_rise_during_a_rollout_that_took_the_pools_room_is_still_served():
+    # Random scenario 208: a move for cost rolled 5 old pods into 5 new ones of the same TP with a surge of 3,
+    # every GPU of a 32-GPU pool, and the demand then rose 2.4x. Held at that surge, no scale-up fitted for the
+    # rollout's 840 s and the fleet shrank to the 5 new pods as they became ready. The scale-up goes at a surge
+    # the count leaves room for; the Deployment keeps the old pods the higher count needs meanwhile.
+    p = plan(request(2.0, pool=32), fresh(2.0), NOW)
+    assert p.layout is not None and p.layout.tensor_parallel_size == 4 and p.layout.replicas >= 7
+    old = replace(p.layout, max_num_seqs=p.layout.max_num_seqs - 2, replicas=5)
+    rolling = PlannerState(applied=replace(p.layout, replicas=5), rolling_out=True, rollout_surge=3, rolled_from=old,
+                           last_relayout_at=NOW - 30)
+    d = decide(p, rolling, fresh(2.0), RAILS, NOW)
+    assert d.action is Action.SCALE_UP and d.target == replace(p.layout, replicas=7) and d.max_surge == 1
+    assert (d.target.replicas + d.max_surge) * 4 <= 32  # never beyond the pool, Pending pods included
+    # What runs after it: the Deployment's new strategy, read back; a count past the pool's one surge pod waits.
+    d = decide(p, replace(rolling, applied=d.target, rollout_surge=1), fresh(2.0), RAILS, NOW + 60)
+    assert d.action is Action.HOLD and d.reason == "RolloutInProgress"

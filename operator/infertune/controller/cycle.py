@@ -165,7 +165,7 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
         events.append(("Normal", mode.reason, f"applying TP{target.tensor_parallel_size} max-num-seqs "
                                               f"{target.max_num_seqs} x{target.replicas}: {mode.message}"))
     rollout = decision.rollout if target is not None else None
-    surge = state.rollout_surge if rollout is None else rollout.max_surge
+    surge = (decision.max_surge or state.rollout_surge) if rollout is None else rollout.max_surge
     unavailable = state.rollout_unavailable if rollout is None else rollout.max_unavailable
     return CycleOutcome(the_plan, decision, target, surge, unavailable, mode.action, mode.reason,
                         st.wire_status(fields), tuple(events))

@@ -35,6 +35,7 @@ from infertune.planner.relayout_checks import (
     check_scale_up_landed,
     check_working_set_measured,
     rollout_room,
+    rollout_surge,
 )
 from infertune.planner.rollout import Rollout, reachable
 from infertune.planner.running import (
@@ -76,6 +77,9 @@ class Decision:
     # For a re-layout away from an unsafe shape: the working set's level then (planner/running.py
     # `working_set_level`), None when unmeasured.
     unsafe_at_tokens: float | None = None
+    # For a scale-up mid-rollout: the surge the workload renders anew, below the rollout's own so the new
+    # count fits the pool beside it (relayout_checks.py `rollout_room`); None keeps the strategy as it is.
+    max_surge: int | None = None
 
 
 def check_metrics_fresh(ctx: CheckContext) -> Check:
@@ -247,8 +251,11 @@ def _act(ctx: CheckContext, checks: list[Check]) -> Decision:
         return Decision(Action.RELAYOUT, target, proposed, DecisionReason.CURRENT_LAYOUT_UNSAFE, message,
                         tuple(checks), ctx.now, ctx.rollout, unsafe_at_tokens=working_set_level(ctx.observation))
     target = _bounded_step(applied, proposed, rails.max_step_replicas)
+    surge = None
     if ctx.state.rolling_out and target.replicas > applied.replicas:
         target = replace(target, replicas=min(target.replicas, rollout_room(ctx, target)))
+        lowered = rollout_surge(ctx, target)
+        surge = lowered if lowered < ctx.state.rollout_surge else None
     limited = target.replicas != proposed.replicas
     if target.replicas > applied.replicas:
         action, reason = Action.SCALE_UP, DecisionReason.SLO_MISSED if ctx.slo_missed else DecisionReason.DEMAND_RISING
@@ -262,8 +269,11 @@ def _act(ctx: CheckContext, checks: list[Check]) -> Decision:
                     f"{stabilization_window(rails):.0f} s)")
     if ctx.plan.demand_is_floor and ctx.plan.demand_rps is not None:
         message += f", for at least {ctx.plan.demand_rps:.2f} req/s (a new replica has no rate yet)"
+    if surge is not None:
+        message += (f"; the rollout in progress goes on at maxSurge {surge} (was {ctx.state.rollout_surge}), so the "
+                    f"count fits the pool beside it and the old pods serve until new ones replace them")
     return Decision(action, target, wanted, reason, message, tuple(checks), ctx.now,
-                    running_wanted=wanted.replicas)
+                    running_wanted=wanted.replicas, max_surge=surge)
 
 
 # Holds under which the running shape still follows demand: a better shape must wait, or none meets

@@ -74,18 +74,40 @@ def check_rollout_finished(ctx: CheckContext) -> Check:
 
 
 def rollout_room(ctx: CheckContext, layout: Layout) -> int:
-    """The most replicas of `layout` whose rollout still fits the pool: its surge pod, and the old pods
-    it keeps (of another TP, perhaps) until new ones replace them. A count past it would leave new pods
-    Pending while the old ones wait for them to be ready: a rollout stalled for good."""
+    """The most replicas of `layout` whose rollout still fits the pool: one surge pod, and the old pods it
+    keeps (of another TP, perhaps) until new ones replace them. A count past it would leave new pods
+    Pending while the old ones wait for them to be ready: a rollout stalled for good.
+
+    One surge pod, not the rollout's own surge: the rollout took the largest surge the pool held, so at that
+    surge no scale-up fits while it runs, for its whole length (a model load or more), however the demand
+    rises. A scale-up renders the strategy anew at the surge the new count leaves room for
+    (`rollout_surge`), and the Deployment keeps every old pod the higher count needs until new ones are
+    ready (random scenario 208: a 5-pod rollout with a surge of 3 filled a 32-GPU pool while the demand
+    went from 1.25 to 2.94 req/s, and the fleet served on 5 pods for 840 s; docs/bench.md, History)."""
     most, pool = ctx.plan.sizing.replicas_max, ctx.plan.sizing.pool_gpus
     if pool is None:
         return most
-    surge, old = ctx.state.rollout_surge, ctx.state.rolled_from
+    old = ctx.state.rolled_from
     if old is None or old.same_shape(layout):
-        return pool // layout.tensor_parallel_size - surge
-    fits = [n for n in range(1, most + 1)
-            if peak_gpus(old, replace(layout, replicas=n), surge, ctx.state.rollout_unavailable) <= pool]
-    return max(fits, default=0)
+        return pool // layout.tensor_parallel_size - 1
+    return max((n for n in range(1, most + 1) if _rolls_within(ctx, replace(layout, replicas=n), 1)), default=0)
+
+
+def rollout_surge(ctx: CheckContext, layout: Layout) -> int:
+    """The surge to render with a scale-up to `layout` mid-rollout: the rollout's own, or the largest below it
+    whose rollout still fits the pool at the new count (at least one pod: `rollout_room` bounds the count)."""
+    surge = ctx.state.rollout_surge
+    return next((s for s in range(surge, 0, -1) if _rolls_within(ctx, layout, s)), min(surge, 1))
+
+
+def _rolls_within(ctx: CheckContext, layout: Layout, surge: int) -> bool:
+    """Whether the rollout in progress, to `layout` at `surge`, holds no more GPUs than the pool at any wave."""
+    pool, old = ctx.plan.sizing.pool_gpus, ctx.state.rolled_from
+    if pool is None:
+        return True
+    if old is None or old.same_shape(layout):
+        return (layout.replicas + surge) * layout.tensor_parallel_size <= pool
+    return peak_gpus(old, layout, surge, ctx.state.rollout_unavailable) <= pool
 
 
 def check_relayout_cooldown(ctx: CheckContext) -> Check:
