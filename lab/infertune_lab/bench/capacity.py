@@ -11,17 +11,21 @@ Two runs per layout (TP, max-num-seqs) and session shape:
    so they are what the trace scenario tests every policy on, the oracle included.
 The oracle and the static sizing read replica counts off this table; it is measured, not
 predicted, so they size with the twin's own truth, as hindsight would.
+
+A window lasts its simulated time or until it holds WINDOW_REQUESTS requests a replica, whichever
+is shorter, so tiny requests (hundreds a second) cost no more than the named scenarios' largest windows.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from infertune_lab.bench.metrics import Slo, attainment
-from infertune_lab.sim import ClosedLoop, Fleet, OpenSessions, ReplicaConfig, SessionShape
+from infertune_lab.sim import ClosedLoop, Fleet, OpenSessions, ReplicaConfig, RequestRecord, SessionShape
 from infertune_lab.sim.scenario import turns_per_session
 from infertune_lab.sim.traffic import poisson
 
@@ -31,6 +35,22 @@ QUALIFYING_ATTAINMENT = 0.99
 CONCURRENCY_GRID = (4, 8, 12, 16, 20, 24, 32, 40, 48, 64)
 LOAD_SHARES = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)  # of the closed-loop throughput
 OPEN_LOOP_REPLICAS = 4
+RAMP_SECONDS = 60.0  # the closed loop's users join within this: simulated whatever the requests' size
+DRAIN_SECONDS = 600.0  # a probe runs on this long after its window, so the window's requests finish
+# The sweep's work bound. A window (the closed loop's 1,200 s, a probe's 2,400 s) also ends once it
+# holds WINDOW_REQUESTS requests per replica it measures (one in the closed loop, four in a probe), and
+# a warm-up keeps its quarter of that. Why that many is enough: a window decides whether 99% of its
+# requests met each SLO, and from n requests that share is known to sqrt(0.99 x 0.01 / n) at one
+# standard error, 0.06 points at 25,000 and 0.03 at a probe's 100,000, if misses were independent.
+# They come in runs instead, while a queue is up; at a probe's highest load, 0.9 of flat out, a queue
+# keeps its state for about 1 / (1 - 0.9)^2 = 100 requests, and counting such runs rather than requests
+# the share is still known to 0.6 and 0.3 points. The flat-out rate, a count over a time, is known to
+# 1 / sqrt(25,000) = 0.6%. The bound sits where it does because the named scenarios' windows reach
+# 21,900 requests a replica (azure-code's trace: 18,303 in its TP8 c=64 closed loop, 87,686 in its
+# TP8 c=4 probe) and their tables must not move: it binds on none of them. A trace of 20-token prompts
+# and 5-token answers does 82-191 requests a second a replica: without the bound, 99,000-229,000 in a
+# closed loop's window and 710,000-1,350,000 in a probe's.
+WINDOW_REQUESTS = 25_000
 
 
 @dataclass(frozen=True)
@@ -61,9 +81,10 @@ class CapacitySweep:
         return cls._shared[key]
 
     def __init__(self, base: ReplicaConfig, slo: Slo, warmup: float = 300.0, duration: float = 1_200.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, window_requests: int = WINDOW_REQUESTS) -> None:
         self.base, self.slo = base, slo
         self.warmup, self.duration, self.seed = warmup, duration, seed
+        self.window_requests = window_requests  # per replica and window (WINDOW_REQUESTS)
         self._cache: dict[tuple[SessionShape, int, int], LayoutCapacity] = {}
 
     def measure(self, shape: SessionShape, tp: int, max_num_seqs: int) -> LayoutCapacity:
@@ -81,14 +102,18 @@ class CapacitySweep:
     def _run(self, shape: SessionShape, tp: int, max_num_seqs: int) -> LayoutCapacity:
         config = self.base.with_(tp=tp, max_num_seqs=max_num_seqs, load_delay_seconds=0.0)
         # The ramp staggers the first turns so the replica starts near steady state.
-        traffic = ClosedLoop(shape, max_num_seqs, seed=self.seed, think=None, ramp=60.0)
+        traffic = ClosedLoop(shape, max_num_seqs, seed=self.seed, think=None, ramp=RAMP_SECONDS)
         fleet = Fleet(traffic, router="session-affinity", seed=self.seed)
         fleet.add_replica(config)
-        fleet.run_until(self.warmup)
-        end = self.warmup + self.duration
-        records = [r for r in fleet.run_until(end) if r.first_token >= self.warmup]
+        # The warm-up stops at its share of the bound once the ramp is over, the window at the bound: its
+        # rate is then its count over the time that took.
+        warm = _Quota(self.window_requests * self.warmup / self.duration, RAMP_SECONDS)
+        fleet.run_until(self.warmup, warm)
+        start = warm.end if warm.full else self.warmup
+        window = _Quota(self.window_requests, start)
+        records = [r for r in fleet.run_until(start + self.duration, window) if r.first_token >= start]
         ttft, tps = attainment(records, self.slo)
-        flat_out = len(records) / self.duration
+        flat_out = len(records) / (window.end - start if window.full else self.duration)
         sustained = 0.0
         if min(ttft, tps) >= QUALIFYING_ATTAINMENT:
             sustained = next((flat_out * share for share in LOAD_SHARES
@@ -102,6 +127,31 @@ class CapacitySweep:
         fleet = Fleet(traffic, router="session-affinity", seed=self.seed)
         for _ in range(OPEN_LOOP_REPLICAS):
             fleet.add_replica(config)
-        end = self.warmup + 2 * self.duration
-        records = [r for r in fleet.run_until(end + 600.0) if self.warmup <= r.spec.arrival < end]
+        # A probe's rate is set, not measured, so its whole run is shortened up front (warm-up, window and
+        # drain alike) to put the bound in its window on average.
+        scale = min(1.0, self.window_requests / (rps * 2 * self.duration))
+        warmup, end = self.warmup * scale, (self.warmup + 2 * self.duration) * scale
+        records = [r for r in fleet.run_until(end + DRAIN_SECONDS * scale) if warmup <= r.spec.arrival < end]
         return min(attainment(records, self.slo)) >= QUALIFYING_ATTAINMENT
+
+
+@dataclass
+class _Quota:
+    """A window's stop: true from the record that makes `requests` with a first token at or after
+    `start`; `end` is when that record finished (NaN until then)."""
+
+    requests: float
+    start: float
+    count: int = 0
+    end: float = math.nan
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.requests
+
+    def __call__(self, record: RequestRecord) -> bool:
+        if record.first_token >= self.start:
+            self.count += 1
+            if self.full and math.isnan(self.end):
+                self.end = record.finish
+        return self.full

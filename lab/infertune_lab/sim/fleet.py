@@ -224,11 +224,14 @@ class Fleet:
         assert self.traffic is not None
         return self.traffic.peek()
 
-    def run_until(self, horizon: float) -> list[RequestRecord]:
+    def run_until(self, horizon: float, stop: Callable[[RequestRecord], bool] | None = None) -> list[RequestRecord]:
         """Simulates up to `horizon`; returns the records finished meanwhile.
 
         Requests pinned to a replica go straight to its inbox, so only that replica stops at
         their arrival; a request the router must place by load stops every replica at its arrival.
+        With `stop`, it returns early, right after the step that finished a record `stop` is true
+        for (each finished record is shown to it once): `now` stays short of the horizon and a later
+        call runs on from there. Until `stop` is true the run is the one it would be without it.
         """
         start = len(self.records)
         lookahead = self._lookahead()
@@ -250,8 +253,10 @@ class Fleet:
                 inbox = lag.inbox[0][0] if lag.inbox else math.inf
                 limit = min(event, horizon, others + lookahead, inbox)
                 # At least one step: two replicas at one clock with no lookahead must not stall.
-                self._advance(lag, max(limit, lag.engine.clock + 1e-9))
+                stopped = self._advance(lag, max(limit, lag.engine.clock + 1e-9), stop)
                 self._queue(lag)
+                if stopped:
+                    return self.records[start:]
                 continue
             if event > horizon:
                 break
@@ -273,14 +278,19 @@ class Fleet:
             engine.add(spec, spec.arrival)
         self._take_rejected(replica)
 
-    def _advance(self, replica: Replica, limit: float) -> None:
+    def _advance(self, replica: Replica, limit: float, stop: Callable[[RequestRecord], bool] | None = None) -> bool:
+        """Steps the replica towards `limit`; whether `stop` was true for a record it finished."""
+        stopped = False
         for record in replica.engine.advance(limit):
             self.records.append(record)
             if self.traffic is not None:
                 self.traffic.on_finish(record)
             for hook in self.on_record:
                 hook(record)
+            if stop is not None and stop(record):
+                stopped = True
         self._take_rejected(replica)
+        return stopped
 
     def _take_rejected(self, replica: Replica) -> None:
         """Moves the requests the engine refused into the fleet's count. The engine keeps every refusal
