@@ -65,8 +65,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _command_named(argv: Sequence[str]) -> str | None:
-    """The command `argv` runs: its first word that is not a flag (the top level takes no flag with a value)."""
-    return next((a for a in argv if not a.startswith("-")), None)
+    """The command `argv` runs: its first word that is not a flag (the top level takes no flag with a value).
+    None when the top level's help comes first (`infertune -h plan` lists every command)."""
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            return None
+        if not arg.startswith("-"):
+            return arg
+    return None
 
 
 def _missing_lab_command(argv: Sequence[str]) -> str | None:

@@ -48,5 +48,6 @@ def test_every_command_is_listed_where_none_or_an_unknown_one_is_named(capsys: p
     err = capsys.readouterr().err
     for name in ("bench", "crds", "demo", "explain", "fit", "observe", "plan", "render", "run", "simulate"):
         assert f"'{name}'" in err
-    assert cli.main(["--help"]) == 0
-    assert "simulate" in capsys.readouterr().out
+    for top_help in (["--help"], ["-h", "plan"]):
+        assert cli.main(top_help) == 0
+        assert "simulate" in capsys.readouterr().out
