@@ -87,9 +87,6 @@ def rollout_room(ctx: CheckContext, layout: Layout) -> int:
     most, pool = ctx.plan.sizing.replicas_max, ctx.plan.sizing.pool_gpus
     if pool is None:
         return most
-    old = ctx.state.rolled_from
-    if old is None or old.same_shape(layout):
-        return pool // layout.tensor_parallel_size - 1
     return max((n for n in range(1, most + 1) if _rolls_within(ctx, replace(layout, replicas=n), 1)), default=0)
 
 
