@@ -4,25 +4,66 @@ trace reader, so both answer a binary file, a directory or an unreadable path th
 
 from __future__ import annotations
 
+import csv
+import os
+import stat
 from pathlib import Path
 
 from infertune.errors import UserError
 
+# No file a command reads comes near this (a week of a request log is tens of MB); more is a stream with no
+# end (`<(yes)`), which would be read until memory ran out.
+TEXT_MAX_BYTES = 1 << 30
+
 
 def read_text(path: str | Path, flag: str) -> str:
     """The text of a file the user named, as UTF-8 (a byte-order mark is dropped); anything else
-    (missing, a directory, unreadable, not text) is one line naming the flag, never a traceback."""
+    (missing, a directory, a device, unreadable, not text, past TEXT_MAX_BYTES) is one line naming the
+    flag, never a traceback or a hang. A pipe is read (`--trace <(zcat trace.csv.gz)`); a FIFO no one
+    writes to reads as empty instead of waiting for ever."""
     target = Path(path)
     try:
-        raw = target.read_bytes()
+        mode = target.stat().st_mode
     except FileNotFoundError:
         raise UserError(f"{flag}: no such file {target}") from None
-    except IsADirectoryError:
-        raise UserError(f"{flag}: {target} is a directory, not a file") from None
     except OSError as exc:
         raise UserError(f"{flag}: cannot read {target}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{flag}: {target} is a directory, not a file")
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        # /dev/zero or /dev/urandom would be read until memory ran out, a terminal until ^D.
+        raise UserError(f"{flag}: {target} is not a regular file (a device or socket); name a file to read")
+    try:
+        raw = _read_bytes(target)
+    except OSError as exc:
+        raise UserError(f"{flag}: cannot read {target}: {exc.strerror or exc}") from None
+    if len(raw) > TEXT_MAX_BYTES:
+        raise UserError(f"{flag}: {target} holds more than {TEXT_MAX_BYTES >> 30} GiB; no input of a command is "
+                        "that large")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UserError(f"{flag}: {target} is not UTF-8 text (byte {exc.start} is "
                         f"0x{raw[exc.start]:02x})") from None
+
+
+def _read_bytes(target: Path) -> bytes:
+    """At most TEXT_MAX_BYTES + 1 bytes. Opened without blocking, so that a FIFO no process writes to
+    opens at once (and then reads as empty), then read blocking, so that a pipe's writer is waited for."""
+    fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        os.set_blocking(fd, True)
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
+        return handle.read(TEXT_MAX_BYTES + 1)
+
+
+def csv_problem(exc: csv.Error) -> str:
+    """What the csv module refused in a row, in words for the user: the field limit is the one a file of
+    figures meets (a line of megabytes without a comma), and csv's own message names no line or flag."""
+    if "field limit" in str(exc):
+        return f"a field longer than {csv.field_size_limit():,} characters, which no figure is"
+    return f"not CSV ({exc})"

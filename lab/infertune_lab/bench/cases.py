@@ -55,6 +55,9 @@ WARMUP_SECONDS = 1_800.0
 CHAT_WARMUP_SECONDS = 300.0
 RANDOM_WARMUP_SECONDS = 600.0
 DEMAND_BIN_SECONDS = 300.0  # demand is the busiest five minutes of a window
+# The spike rises over a minute into the run's middle fifth and falls over a minute out of it
+# (sim.scenario.spike), so a shorter run has no room for it.
+SPIKE_MIN_SECONDS = 5 * 60.0
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,13 @@ def best_capacity(sweep: CapacitySweep, shape: SessionShape, tps: Sequence[int])
     return max(rows, key=lambda c: c.sustained_rps / c.tp)
 
 
+def check_duration(name: str, duration: float | None) -> None:
+    """Refuses, before any work, a --duration the named scenario has no room in."""
+    if duration is not None and name.removesuffix(FAST_LOAD) == "spike" and duration < SPIKE_MIN_SECONDS:
+        raise UserError(f"--duration: the spike rises over a minute into the middle fifth of the run and falls over "
+                        f"a minute out of it, so it needs at least {SPIKE_MIN_SECONDS:g} s, got {duration:g}")
+
+
 def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, seed: int,
           duration: float | None = None, trace: Path | None = None, rate_multiplier: float | None = None) -> BenchCase:
     """The named scenario (or a trace replay) sized for `pool_gpus`."""
@@ -179,6 +189,7 @@ def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, s
         return _random_case(sweep, pool_gpus, seed, duration or RANDOM_DURATION)
     if name not in NAMES:
         raise UserError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}, {RANDOM}, all")
+    check_duration(name, duration)
     base = name.removesuffix(FAST_LOAD)
     load = FAST_LOAD_SECONDS if base != name else None
     length = duration or DURATIONS[base]
@@ -195,6 +206,9 @@ def _session_case(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus
     guess = FILL * pool_gpus / best.tp * best.sustained_rps / turns_per_session(CODING_AGENT)
     probe = BenchCase(name, length, seed, scenario=scenario(name, guess, length))
     need = _peak_gpus(probe, sweep, tps)
+    if not need > 0:  # no session started in the whole run: nothing to size the pool on
+        raise UserError(f"--duration {length:g} s: no session of the {name} scenario starts within it (seed {seed}), "
+                        "so nothing sizes the pool; give a longer --duration")
     peak_sessions = guess * FILL * pool_gpus / need
     case = BenchCase(name, length, seed, scenario=scenario(name, peak_sessions, length))
     note = (f"{length / 3600:g} h; peak {peak_sessions:.3f} sessions/s, sized so the hindsight-best layouts "

@@ -12,7 +12,7 @@ from typing import Any
 
 from infertune.commands._inputs import dump_json, number, path, writable_dir
 from infertune.errors import UserError
-from infertune_lab.bench.cases import NAMES, RANDOM
+from infertune_lab.bench.cases import NAMES, RANDOM, check_duration
 from infertune_lab.bench.report import document, text, write
 from infertune_lab.bench.runner import DEFAULT_ROUTER
 from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
@@ -23,10 +23,15 @@ MAX_VIRTUAL_SECONDS = 30 * 86_400.0  # a month of traffic; more is a typo, and N
 
 
 def _policies(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    # An empty item ("static,,oracle") is a typo, as in every other list flag; a name given twice ran the
+    # policy twice and printed its row twice.
+    names = tuple(n.strip() for n in text.split(","))
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"expected some of {','.join(POLICIES)}, got {text!r}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} named more than once, got {text!r}")
     return names
 
 
@@ -69,9 +74,10 @@ def _scenarios(args: argparse.Namespace) -> list[str]:
         return ["trace"]
     if args.rate_multiplier is not None and args.scenario != "azure-code":
         raise UserError("--rate-multiplier applies to --trace or --scenario azure-code")
-    if args.scenario == "all":
-        return list(NAMES)
-    return [args.scenario or "coding-agent-day"]
+    names = list(NAMES) if args.scenario == "all" else [args.scenario or "coding-agent-day"]
+    for name in names:  # before the first scenario runs for minutes
+        check_duration(name, args.duration)
+    return names
 
 
 def handle(args: argparse.Namespace) -> int:

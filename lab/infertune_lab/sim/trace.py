@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from infertune.api.formats import shown
 from infertune.errors import UserError
-from infertune.textfile import read_text
+from infertune.textfile import csv_problem, read_text
 from infertune_lab.sim.records import RequestRecord, RequestSpec
 
 # No model attends over ten million tokens (the planner's and the samples' limit too); a bigger count
@@ -90,11 +91,11 @@ def _timestamp(raw: str) -> tuple[float, str]:
 
 def _count(raw: Any, column: str, where: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, str | int):  # JSON's true, 1.5 or null is not a count
-        raise TraceError(f"{where}: {column} {raw!r} is not an integer")
+        raise TraceError(f"{where}: {column} {shown(raw)} is not an integer")
     try:
         value = int(raw.strip()) if isinstance(raw, str) else raw
     except ValueError:
-        raise TraceError(f"{where}: {column} {raw!r} is not an integer") from None
+        raise TraceError(f"{where}: {column} {shown(raw)} is not an integer") from None
     if value < 0:
         raise TraceError(f"{where}: {column} is negative ({value})")
     if value > TOKENS_MAX:
@@ -133,38 +134,50 @@ def _csv_format(p: Path, names: list[str]) -> CsvFormat:
 def _csv_stamps(p: Path, text: str) -> Iterator[Stamp]:
     with io.StringIO(text, newline="") as fh:
         reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise TraceError(f"{p}: empty file, expected a header {','.join(COLUMNS)}")
-        names = [h.strip() for h in header]
-        fmt = _csv_format(p, names)
-        idx = [names.index(c) for c in (fmt.timestamp, fmt.prompt, fmt.answer)]
-        first_kind: tuple[str, int] | None = None
-        for line_no, row in enumerate(reader, start=2):
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            where = f"{p}:{line_no}"
-            if len(row) < len(names):
-                raise TraceError(f"{where}: expected {len(names)} fields, got {len(row)}")
-            if len(row) > len(names):  # a stray comma or a shifted row: which fields were meant is a guess
-                raise TraceError(f"{where}: {len(row)} fields, but the header names {len(names)}")
-            raw = row[idx[0]]
-            try:
-                ts, kind = _timestamp(raw)
-            except ValueError:
-                raise TraceError(f"{where}: {fmt.timestamp} {raw!r} is not a date-time or seconds") from None
-            if first_kind is None:
-                first_kind = kind, line_no
-            elif kind != first_kind[0]:  # their offsets from each other would be a guess
-                raise TraceError(f"{where}: {fmt.timestamp} {raw!r} is {kind}, but line {first_kind[1]}'s "
-                                 f"is {first_kind[0]}; give every row the same kind")
-            if not math.isfinite(ts):
-                raise TraceError(f"{where}: {fmt.timestamp} {raw!r} is not finite")
-            yield ts, _count(row[idx[1]], fmt.prompt, where), _count(row[idx[2]], fmt.answer, where), line_no
+        try:
+            yield from _csv_rows(p, reader)
+        except csv.Error as exc:  # a line past csv's field limit: one line naming it, not an internal error
+            raise TraceError(f"{p}:{reader.line_num}: {csv_problem(exc)}") from None
+
+
+def _csv_rows(p: Path, reader: Iterator[list[str]]) -> Iterator[Stamp]:
+    header = next(reader, None)
+    if header is None:
+        raise TraceError(f"{p}: empty file, expected a header {','.join(COLUMNS)}")
+    names = [h.strip() for h in header]
+    fmt = _csv_format(p, names)
+    repeated = sorted({c for c in (fmt.timestamp, fmt.prompt, fmt.answer) if names.count(c) > 1})
+    if repeated:  # the first would be read and the other ignored: which one was meant is not ours to guess
+        raise TraceError(f"{p}:1: the header names column(s) {', '.join(repeated)} more than once")
+    idx = [names.index(c) for c in (fmt.timestamp, fmt.prompt, fmt.answer)]
+    first_kind: tuple[str, int] | None = None
+    for line_no, row in enumerate(reader, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        where = f"{p}:{line_no}"
+        if len(row) < len(names):
+            raise TraceError(f"{where}: expected {len(names)} fields, got {len(row)}")
+        if len(row) > len(names):  # a stray comma or a shifted row: which fields were meant is a guess
+            raise TraceError(f"{where}: {len(row)} fields, but the header names {len(names)}")
+        raw = row[idx[0]]
+        try:
+            ts, kind = _timestamp(raw)
+        except ValueError:
+            raise TraceError(f"{where}: {fmt.timestamp} {shown(raw)} is not a date-time or seconds") from None
+        if first_kind is None:
+            first_kind = kind, line_no
+        elif kind != first_kind[0]:  # their offsets from each other would be a guess
+            raise TraceError(f"{where}: {fmt.timestamp} {shown(raw)} is {kind}, but line {first_kind[1]}'s "
+                             f"is {first_kind[0]}; give every row the same kind")
+        if not math.isfinite(ts):
+            raise TraceError(f"{where}: {fmt.timestamp} {shown(raw)} is not finite")
+        yield ts, _count(row[idx[1]], fmt.prompt, where), _count(row[idx[2]], fmt.answer, where), line_no
 
 
 def _jsonl_stamps(p: Path, text: str) -> Iterator[Stamp]:
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" alone (a "\r" before it is JSON's whitespace): splitlines() also ends them at
+    # U+2028, a form feed or a vertical tab, which a JSON string may hold as they are.
+    for line_no, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{p}:{line_no}"
@@ -178,10 +191,18 @@ def _jsonl_stamps(p: Path, text: str) -> Iterator[Stamp]:
         if missing:
             raise TraceError(f"{where}: missing key(s) {', '.join(missing)}; expected {', '.join(JSONL_KEYS)}")
         ms = doc["timestamp"]
-        if isinstance(ms, bool) or not isinstance(ms, int | float) or not math.isfinite(ms):
-            raise TraceError(f"{where}: timestamp {ms!r} is not a finite number of milliseconds")
+        if isinstance(ms, bool) or not isinstance(ms, int | float) or not math.isfinite(_as_float(ms)):
+            raise TraceError(f"{where}: timestamp {shown(ms)} is not a finite number of milliseconds")
         yield (ms / 1000.0, _count(doc["input_length"], "input_length", where),
                _count(doc["output_length"], "output_length", where), line_no)
+
+
+def _as_float(value: int | float) -> float:
+    """A JSON number as a float; an integer past a float's range (400 digits) is infinite."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _check_span(path: Path, first: Stamp, last: Stamp) -> None:

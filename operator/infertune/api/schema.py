@@ -7,9 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic_core import CoreSchema, core_schema
 
@@ -192,10 +200,28 @@ LabelMap = Annotated[dict[str, str], FormattedMap(LABEL_KEY, LABEL_VALUE)]
 ResourceMap = Annotated[dict[str, str], FormattedMap(RESOURCE_NAME, QUANTITY)]
 
 
+def _takes_integer(annotation: Any) -> bool:
+    """Whether a field's type holds an integer (`int`, `int | None`, `tuple[int, ...]`)."""
+    return annotation is int or any(_takes_integer(arg) for arg in get_args(annotation))
+
+
 class ApiModel(BaseModel):
     """camelCase on the wire, snake_case in Python; unknown fields are an error, not a silent drop."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_an_integer(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads `true` as 1 where an integer goes (`poolGpus: true` planned a pool of one GPU,
+        `tensorParallelSizes: [true]` TP 1); the API server refuses a boolean there, and so does this."""
+        field = cls.model_fields.get(info.field_name or "")
+        items = value if isinstance(value, list | tuple) else (value,)
+        if field is not None and any(isinstance(v, bool) for v in items) and _takes_integer(field.annotation):
+            shown_bool = str(next(v for v in items if isinstance(v, bool))).lower()
+            raise ValueError(f"expected an integer, got the boolean {shown_bool} (YAML reads true, false, yes, no, "
+                             "on and off as booleans)")
+        return value
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")

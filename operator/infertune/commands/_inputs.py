@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infertune.api.formats import shown
 from infertune.api.schema import CONTEXT_TOKENS_MAX
 from infertune.api.spec import PASS_MS_RANGE
 from infertune.errors import UserError
 from infertune.model import ModelProfile, load_model, profile_from_hf_config
 from infertune.planner.request import tp_refusal
-from infertune.textfile import read_text
+from infertune.textfile import csv_problem, read_text
 
 if TYPE_CHECKING:
     from infertune.actuate.apply import KubeClient
@@ -71,14 +72,19 @@ def writable_file(flag: str, path: str | Path | None) -> None:
     if not str(path).strip():
         raise UserError(f"{flag}: an empty path; name the file to write")
     target = Path(path)
+    regular_or_absent(flag, target)
+    _probe(flag, target.parent if str(target.parent) else Path("."))
+
+
+def regular_or_absent(flag: str, target: Path) -> None:
+    """An output file must be a regular file or not exist yet."""
     if target.is_dir():
         raise UserError(f"{flag}: {target} is a directory, not a file")
     if target.exists() and not target.is_file():
         # A device, FIFO or socket: the file is written beside it and renamed over it, which would
-        # replace /dev/null itself when run as root.
+        # replace /dev/null itself when run as root; written in place, a FIFO no one reads blocks for ever.
         raise UserError(f"{flag}: {target} exists and is not a regular file (a device, FIFO or socket); "
                         "name a file to write")
-    _probe(flag, target.parent if str(target.parent) else Path("."))
 
 
 def plot_file(flag: str, path: str | None) -> None:
@@ -162,12 +168,26 @@ class Samples:
     context_tokens: tuple[float, ...] | None
 
 
+def parse_json(text: str, where: str) -> Any:
+    """json.loads, with what it raises besides a syntax error refused in one line that starts with `where`:
+    an integer past Python's 4,300 digits (a ValueError) and nesting past the recursion limit. A syntax error
+    (JSONDecodeError) is left to the caller, which words it for its file."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        raise UserError(f"{where}: holds an integer of more than 4,300 digits, past the range of every field") from None
+    except RecursionError:
+        raise UserError(f"{where}: nested too deeply to be a config.json") from None
+
+
 def resolve_model(value: str) -> ModelProfile:
     """A catalog name, or a path to a Hugging Face config.json."""
     path = Path(value)
     if value.endswith(".json") or path.is_file():
         try:
-            raw = json.loads(read_text(path, "--model"))
+            raw = parse_json(read_text(path, "--model"), f"--model: {value}")
         except json.JSONDecodeError as exc:
             raise UserError(f"--model: {value} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
         return profile_from_hf_config(raw, name=path.parent.name or path.stem)
@@ -205,37 +225,10 @@ def read_samples(path: str) -> Samples:
     """Reads `batch,per_pass_ms[,context_tokens]`; a bad row is an error that names its line."""
     with io.StringIO(read_text(path, "--samples"), newline="") as handle:
         reader = csv.DictReader(handle)
-        fields = [f.strip() for f in reader.fieldnames or []]
-        repeated = sorted({f for f in fields if fields.count(f) > 1})
-        if repeated:  # the reader keeps the last of them: which one was meant is not ours to guess
-            raise UserError(f"{path}: the header names column(s) {', '.join(repeated)} more than once")
-        missing = {"batch", "per_pass_ms"} - set(fields)
-        if missing:
-            raise UserError(f"{path}: missing column(s) {', '.join(sorted(missing))} "
-                            "(expected batch,per_pass_ms[,context_tokens])")
-        has_context = "context_tokens" in fields
-        batches: list[float] = []
-        seconds: list[float] = []
-        contexts: list[float] = []
-        for line, row in enumerate(reader, start=2):
-            if None in row:  # the reader's key for the fields past the header's
-                raise UserError(f"{path}: line {line}: {len(fields) + len(row[None])} fields, but the header "
-                                f"names {len(fields)}")
-            row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
-            try:
-                batch, per_pass = float(row["batch"]), float(row["per_pass_ms"])
-                context = float(row["context_tokens"]) if has_context and row.get("context_tokens") else 0.0
-            except ValueError:
-                raise UserError(f"{path}: line {line}: not a number in {row}") from None
-            if not all(math.isfinite(v) for v in (batch, per_pass, context)) or not (
-                    SAMPLE_BATCH_MIN <= batch <= SAMPLE_BATCH_MAX
-                    and SAMPLE_PASS_MS_MIN <= per_pass <= SAMPLE_PASS_MS_MAX and 0 <= context <= SAMPLE_CONTEXT_MAX):
-                raise UserError(f"{path}: line {line}: batch must be in [{SAMPLE_BATCH_MIN:g}, {SAMPLE_BATCH_MAX:,}], "
-                                f"per_pass_ms in [{SAMPLE_PASS_MS_MIN:g}, {SAMPLE_PASS_MS_MAX:,.0f}] and "
-                                f"context_tokens in [0, {SAMPLE_CONTEXT_MAX:,}], got {row}")
-            batches.append(batch)
-            seconds.append(per_pass / 1e3)
-            contexts.append(context)
+        try:
+            batches, seconds, contexts, has_context = _sample_rows(path, reader)
+        except csv.Error as exc:  # a line past csv's field limit: one line naming it, not an internal error
+            raise UserError(f"{path}: line {reader.reader.line_num}: {csv_problem(exc)}") from None
     if len(batches) < 3:
         raise UserError(f"{path}: need at least 3 samples, got {len(batches)}")
     flat = _flat_or_falling(batches, seconds, contexts)
@@ -246,6 +239,47 @@ def read_samples(path: str) -> Samples:
                         f"{low:g} to {high:g}{at}, least squares); a decode step takes longer with more streams "
                         "(is it a throughput, or are the columns swapped?)")
     return Samples(tuple(batches), tuple(seconds), tuple(contexts) if has_context else None)
+
+
+def _sample_rows(path: str, reader: csv.DictReader[str]) -> tuple[list[float], list[float], list[float], bool]:
+    """Each row's batch, pass time (seconds) and context, and whether the header has a context column."""
+    fields = [f.strip() for f in reader.fieldnames or []]
+    repeated = sorted({f for f in fields if fields.count(f) > 1})
+    if repeated:  # the reader keeps the last of them: which one was meant is not ours to guess
+        raise UserError(f"{path}: the header names column(s) {', '.join(repeated)} more than once")
+    missing = {"batch", "per_pass_ms"} - set(fields)
+    if missing:
+        raise UserError(f"{path}: missing column(s) {', '.join(sorted(missing))} "
+                        "(expected batch,per_pass_ms[,context_tokens])")
+    has_context = "context_tokens" in fields
+    batches: list[float] = []
+    seconds: list[float] = []
+    contexts: list[float] = []
+    for line, row in enumerate(reader, start=2):
+        if None in row:  # the reader's key for the fields past the header's
+            raise UserError(f"{path}: line {line}: {len(fields) + len(row[None])} fields, but the header "
+                            f"names {len(fields)}")
+        row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
+        try:
+            batch, per_pass = float(row["batch"]), float(row["per_pass_ms"])
+            context = float(row["context_tokens"]) if has_context and row.get("context_tokens") else 0.0
+        except ValueError:
+            raise UserError(f"{path}: line {line}: not a number in {_shown_row(row)}") from None
+        if not all(math.isfinite(v) for v in (batch, per_pass, context)) or not (
+                SAMPLE_BATCH_MIN <= batch <= SAMPLE_BATCH_MAX
+                and SAMPLE_PASS_MS_MIN <= per_pass <= SAMPLE_PASS_MS_MAX and 0 <= context <= SAMPLE_CONTEXT_MAX):
+            raise UserError(f"{path}: line {line}: batch must be in [{SAMPLE_BATCH_MIN:g}, {SAMPLE_BATCH_MAX:,}], "
+                            f"per_pass_ms in [{SAMPLE_PASS_MS_MIN:g}, {SAMPLE_PASS_MS_MAX:,.0f}] and "
+                            f"context_tokens in [0, {SAMPLE_CONTEXT_MAX:,}], got {_shown_row(row)}")
+        batches.append(batch)
+        seconds.append(per_pass / 1e3)
+        contexts.append(context)
+    return batches, seconds, contexts, has_context
+
+
+def _shown_row(row: dict[str, str]) -> str:
+    """A row as a message quotes it: each value cut short, so that a line of megabytes stays a readable line."""
+    return "{" + ", ".join(f"{shown(k)}: {shown(v)}" for k, v in row.items()) + "}"
 
 
 def _flat_or_falling(batches: list[float], seconds: list[float],

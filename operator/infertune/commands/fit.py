@@ -30,15 +30,17 @@ from infertune.errors import UserError
 from infertune.model import FitError, fit_per_pass, load_gpu
 from infertune.model.passfit import PassFit, fit_pass
 
+DEFAULT_GPU, DEFAULT_TP = "b200", 8
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("fit", help="fit per-pass time to load-test samples")
     p.add_argument("--samples", required=True, help="CSV with columns batch,per_pass_ms[,context_tokens]")
     p.add_argument("--predict", default="1,8,16,32,64", help="batch sizes to predict at (comma-separated)")
     p.add_argument("--model", help="catalog name or config.json: fit the napkin's terms instead of a line")
-    p.add_argument("--gpu", default="b200", help="catalog GPU name (with --model)")
-    p.add_argument("--tp", type=number(1, 64, integer=True), default=8,
-                   help="tensor-parallel size the samples were measured at")
+    p.add_argument("--gpu", default=None, help=f"catalog GPU name (with --model; default {DEFAULT_GPU})")
+    p.add_argument("--tp", type=number(1, 64, integer=True), default=None,
+                   help=f"tensor-parallel size the samples were measured at (with --model; default {DEFAULT_TP})")
     p.add_argument("--context-tokens", type=number(0, CONTEXT_TOKENS_MAX, above=True),
                    help="tokens each stream attends over, for samples without a context_tokens column and for "
                         "the predictions (default: the samples' median context)")
@@ -50,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     samples = read_samples(args.samples)
     batches = parse_int_list(args.predict, "--predict", high=SAMPLE_BATCH_MAX)
     if args.model is None:
+        given = [flag for flag, value in (("--gpu", args.gpu), ("--tp", args.tp)) if value is not None]
+        if given:  # the line fit is the samples' own; the GPU and TP would be ignored without a word
+            raise UserError(f"{given[0]}: goes with --model (the napkin's terms for that GPU and TP); the line fit "
+                            "without it reads only the samples")
         return _line(args, samples, batches)
     return _physics(args, samples, batches)
 
@@ -106,8 +112,8 @@ def _contexts(args: argparse.Namespace, samples: Samples) -> tuple[list[float], 
 
 
 def _physics(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) -> int:
-    model, gpu = resolve_model(args.model), load_gpu(args.gpu)
-    check_tp(model, (args.tp,), "--tp")
+    model, gpu, tp = resolve_model(args.model), load_gpu(args.gpu or DEFAULT_GPU), args.tp or DEFAULT_TP
+    check_tp(model, (tp,), "--tp")
     contexts, at = _contexts(args, samples)
     if len(set(samples.batches)) < 2:
         # The fit would be the napkin's proportions scaled to one point (R² about 0): the calibration the
@@ -115,7 +121,7 @@ def _physics(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...
         raise UserError(f"{args.samples}: all samples share one batch size ({samples.batches[0]:g}): how a pass "
                         "grows with the batch is undetermined")
     try:
-        fit = fit_pass(model, gpu, args.tp, samples.batches, samples.seconds, contexts)
+        fit = fit_pass(model, gpu, tp, samples.batches, samples.seconds, contexts)
     except FitError as exc:
         raise UserError(f"{args.samples}: {exc}") from None
     result = physics_json(fit, model, gpu, batches, at)

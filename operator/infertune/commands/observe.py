@@ -90,6 +90,14 @@ def _fit_history(args: argparse.Namespace) -> float:
 
 
 def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
+    # A flag of the other source would be ignored without a word (`--source prometheus --targets ...`
+    # read Prometheus, not the pods named).
+    others = (("--targets", args.targets),) if args.source == "prometheus" else (
+        ("--url", args.url), ("--token-file", args.token_file), ("--ca", args.ca),
+        ("--insecure", args.insecure or None))
+    given = [flag for flag, value in others if value is not None]
+    if given:
+        raise UserError(f"{given[0]}: does not go with --source {args.source}")
     if args.source == "prometheus":
         source_url(args.url or "", "--url")  # one line naming the flag and the rule it breaks
         _seconds(args.window, "--window")
@@ -112,9 +120,12 @@ def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
 
 def _check_ca(path: str) -> None:
     """The CA bundle must hold a certificate: ssl's own refusal names neither the flag nor the file."""
-    read_text(path, "--ca")  # missing, a directory, unreadable or not text: one line naming the flag
+    text = read_text(path, "--ca")  # missing, a directory, unreadable or not text: one line naming the flag
+    if not text.strip():
+        raise UserError(f"--ca: {path} is empty; it holds no PEM certificate")
     try:
-        ssl.create_default_context(cafile=path)
+        # The text already read, not the path again: a FIFO read as empty would block a second open.
+        ssl.create_default_context(cadata=text)
     except ssl.SSLError as exc:
         raise UserError(f"--ca: {path} holds no PEM certificate ssl can load ({exc.reason or exc})") from None
 

@@ -4,6 +4,8 @@ apply for a resource (at the starting layout, or at --tp/--max-num-seqs/--replic
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +18,7 @@ from infertune.api.names import name_refusal, namespace_refusal
 from infertune.api.policy import POLICY_KIND, ServingPolicySpec, parse_policy
 from infertune.api.schema import CONCURRENCY_MAX
 from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec, parse_spec
-from infertune.commands._inputs import number, path
+from infertune.commands._inputs import number, parse_json, path
 from infertune.errors import UserError
 from infertune.planner.request import Resolved, resolve, starting_layout
 from infertune.textfile import read_text
@@ -24,7 +26,11 @@ from infertune.textfile import read_text
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 
 
-class _DuplicateKey(yaml.YAMLError):
+class _Refused(yaml.YAMLError):
+    """YAML that parses but that no resource holds; the message names its line."""
+
+
+class _DuplicateKey(_Refused):
     def __init__(self, key: object, line: int) -> None:
         super().__init__(f"line {line}: key {key!r} is given twice in one mapping")
 
@@ -49,12 +55,25 @@ class _StrictLoader(yaml.SafeLoader):
                 raise _DuplicateKey(key, key_node.start_mark.line + 1)
         return super().construct_mapping(node, deep)
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """An integer, or a refusal naming its line: past 4,300 digits Python will not read one (a
+        ValueError), and no field's range comes near it."""
+        try:
+            return int(super().construct_yaml_int(node))
+        except ValueError:
+            digits = sum(c.isdigit() for c in str(node.value))
+            raise _Refused(f"line {node.start_mark.line + 1}: an integer of {digits:,} digits, past the range of "
+                           "every field") from None
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
 
 def _yaml_documents(path: Path, flag: str) -> list[Any]:
     text = read_text(path, flag)
     try:
         return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d]
-    except _DuplicateKey as exc:
+    except _Refused as exc:
         raise UserError(f"{flag}: {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise UserError(f"{flag}: {path}: not YAML: {str(exc).splitlines()[0]}") from None
@@ -109,6 +128,11 @@ def resolve_file(args: argparse.Namespace) -> tuple[dict[str, Any], Resolved]:
     spec = parse_spec(resource.get("spec"))
     _check_refs(args, spec)
     config = read_text(args.config_json, "--config-json") if args.config_json else None
+    if config is not None:
+        # What json.loads raises besides a syntax error is refused here; a syntax error the planner words
+        # for the ConfigMap, as the operator does.
+        with contextlib.suppress(json.JSONDecodeError):
+            parse_json(config, f"--config-json: {args.config_json}")
     return resource, resolve(spec, load_policy(spec, args.policy), config)
 
 
