@@ -122,6 +122,16 @@ def test_a_malformed_config_json_is_a_spec_error() -> None:
         resolve(spec, config_json='{"num_hidden_layers": 4}')
 
 
+def test_a_configmap_config_json_past_pythons_limits_is_a_spec_error_not_a_crash() -> None:
+    """A reconcile that raised here would be retried for ever with nothing said; the resource must be
+    told what is wrong, as for any other malformed config.json."""
+    spec = parse_spec(_spec(model={"weights": "org/m", "configMapRef": {"name": "m-config"}}))
+    with pytest.raises(SpecError, match=r"^spec.model.configMapRef .*more than 4,300 digits"):
+        resolve(spec, config_json='{"num_hidden_layers": ' + "9" * 5000 + "}")
+    with pytest.raises(SpecError, match=r"^spec.model.configMapRef .*nested too deeply"):
+        resolve(spec, config_json="[" * 100_000 + "]" * 100_000)
+
+
 def test_a_config_json_from_a_configmap_resolves() -> None:
     cfg = ('{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,'
            ' "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,'

@@ -92,6 +92,12 @@ def resolve_model(spec: InferenceDeploymentSpec, config_json: str | None = None)
         raw = json.loads(config_json)
     except json.JSONDecodeError as exc:
         raise SpecError(f"{where}: malformed config.json: {exc.msg} at line {exc.lineno}") from None
+    except ValueError:
+        # Python's own limit on an integer's digits (4,300): a ConfigMap is user input, and a reconcile that
+        # raised here would retry it for ever instead of saying what is wrong.
+        raise SpecError(f"{where}: config.json holds an integer of more than 4,300 digits") from None
+    except RecursionError:
+        raise SpecError(f"{where}: config.json is nested too deeply to be a model's config") from None
     try:
         return profile_from_hf_config(raw, source.weights)
     except CatalogError as exc:
