@@ -384,7 +384,10 @@ class Kubelet:
             env["KUBECONFIG"] = self.runtime.visible_path(kubeconfig, SERVICE_ACCOUNT_MOUNT)
         hosts = Path("/etc/netns") / netns / "hosts"
         hosts.parent.mkdir(parents=True, exist_ok=True)
-        hosts.write_text("127.0.0.1 localhost\n" + "".join(
+        # The pod's own hostname at its address, as the kubelet writes it (the pod shares the node's
+        # hostname here): kopf looks it up when no POD_ID names the pod, and this network has no DNS to
+        # answer, so without it every such start waited out the resolver's timeouts (~20 s).
+        hosts.write_text(f"127.0.0.1 localhost\n{address} {socket.gethostname()}\n" + "".join(
             f"{addr} {key}.svc {key}.svc.cluster.local\n" for key, (addr, _) in self.services.items()))
         pod = Pod(name, namespace, dict((template.get("metadata") or {}).get("labels") or {}), container, netns,
                   address, self.workdir / f"{name}.log")
