@@ -232,8 +232,9 @@ def check_pass_time_measured(ctx: CheckContext) -> Check:
 def check_relayout_pays_back(ctx: CheckContext) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
     only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
-    saves more than the hysteresis share of the GPUs: two shapes within a replica of each other trade
-    places with every small change of the demand or the fit, and each trade is a model load."""
+    saves more than the hysteresis share of the GPUs, at the demand and within that share of it: two
+    shapes within a replica of each other trade places with every small change of the demand or the
+    fit, and each trade is a model load."""
     if not is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return ok("relayout-payback")
     if ctx.rollout.max_unavailable > 0:
@@ -244,14 +245,19 @@ def check_relayout_pays_back(ctx: CheckContext) -> Check:
     assert ctx.proposed is not None
     price_per_gpu_second = price_per_gpu_hour(ctx) / 3600.0
     baseline = ctx.current or ctx.applied
+    shape = f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs}"
     if baseline.gpus - ctx.proposed.gpus < ctx.rails.hysteresis * baseline.gpus:
         # A dearer shape is proposed when the running one is inside the risk a running shape may run at
         # but over the one a new shape may start at (planner/candidates.py): it saves nothing.
         saved = ("more than now" if ctx.proposed.gpus > baseline.gpus
                  else f"less than {ctx.rails.hysteresis:.0%} saved")
         return hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
-                    f"TP{ctx.proposed.tensor_parallel_size} max-num-seqs {ctx.proposed.max_num_seqs} needs "
-                    f"{ctx.proposed.gpus} GPUs against {baseline.gpus}: {saved}")
+                    f"{shape} needs {ctx.proposed.gpus} GPUs against {baseline.gpus}: {saved}")
+    least = _saving_across_band(ctx, baseline, ctx.proposed)
+    if least < ctx.rails.hysteresis * baseline.gpus:
+        return hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
+                    f"{shape} saves {baseline.gpus - ctx.proposed.gpus} GPU(s) at this demand but {least} "
+                    f"within {ctx.rails.hysteresis:.0%} of it: the saving is the replica counts' rounding")
     # Weighed in GPU-seconds: every GPU of the pool costs the same, so the price only names the figures (and
     # a price of 0, an on-premises pool's, would otherwise hold every move for cost as saving $0).
     saving = (baseline.gpus - ctx.proposed.gpus) * ctx.rails.relayout_horizon_s
@@ -263,6 +269,22 @@ def check_relayout_pays_back(ctx: CheckContext) -> Check:
     return ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
               f"saves {_priced(saving, price_per_gpu_second)}, the rollout costs "
               f"{_priced(restart, price_per_gpu_second)}")
+
+
+def _saving_across_band(ctx: CheckContext, baseline: Layout, proposed: Layout) -> int:
+    """The fewest GPUs `proposed` saves over `baseline` with the demand anywhere within the hysteresis share
+    of the figure sized for: two shapes whose pods carry different rates round to whole pods differently,
+    and a saving that a demand a few percent off turns into none or a loss is rounding, not thrift."""
+    demand = ctx.plan.sizing.demand_rps
+    saved = baseline.gpus - proposed.gpus
+    if demand is None or demand <= 0:
+        return saved
+    for factor in (1.0 - ctx.rails.hysteresis, 1.0 + ctx.rails.hysteresis):
+        stay = ctx.plan.sized(baseline, over_line=True, demand_rps=demand * factor)
+        move = ctx.plan.sized(proposed, over_line=True, demand_rps=demand * factor)
+        if stay is not None and move is not None:
+            saved = min(saved, stay.gpus - move.gpus)
+    return saved
 
 
 def _priced(gpu_seconds: float, price_per_gpu_second: float) -> str:

@@ -18,7 +18,8 @@ pods beside them, and replaces old pods one for one as new ones pass readiness, 
   allows. A target whose rollout does not fit the pool even one pod at a time is not reachable from
   what runs (a Pending surge pod stalls a maxUnavailable-0 rollout for good).
 - **The bill.** The rollout's waves, its duration and the GPU-time it pays beyond the new shape's own
-  (old pods still serving, new ones loading) go into the decision: a re-layout must save more than that
+  at the count the demand needs of it (old pods still serving, new ones loading, and the new pods a count
+  kept for the old ones adds) go into the decision: a re-layout must save more than that
   over the horizon, and `infertune explain` shows it.
 - **Giving way.** A Deployment replaces pods one for one by count, so on a full pool a move to larger pods
   (TP4 x8 to TP8 x4 on 32 GPUs) has no maxUnavailable-0 rollout at all: the last new pod needs the GPUs of
@@ -55,7 +56,7 @@ class Rollout:
     waves: int  # model loads in a row until every new pod serves
     duration_s: float
     peak_gpus: int  # the most GPUs old and new pods hold at any moment
-    extra_gpu_seconds: float  # GPU-time beyond the target's own while old and new pods overlap
+    extra_gpu_seconds: float  # GPU-time beyond the planned shape's own until every new pod serves
     max_unavailable: int = 0  # old pods that go before their replacements serve (giving way only)
     # The least share of the demand measured now that the serving pods carry during the rollout; only a
     # rollout that gives way computes it (the others keep every old pod the demand needs).
@@ -67,7 +68,7 @@ class Rollout:
                     f"{self.serving_share:.0%} of the demand served meanwhile)")
         return (f"rolls out in {self.waves} wave(s) of up to {max(self.max_surge, self.max_unavailable)} pod(s), about "
                 f"{self.duration_s / 60:.0f} min, {self.extra_gpu_seconds / 3600:.1f} GPU-h paid beside the new "
-                f"shape's own, at most {self.peak_gpus} GPUs at once{given_up}")
+                f"shape's own at {self.planned.replicas} replica(s), at most {self.peak_gpus} GPUs at once{given_up}")
 
 
 Wave = tuple[int, int, int]  # old pods serving, new pods ready, new pods loading
@@ -149,7 +150,10 @@ def _rollout(running: Layout, proposed: Layout, target: Layout, surge: int, load
         return Rollout(proposed, target, min(running.replicas, target.replicas), surge, 0, 0.0, peak, 0.0, unavailable)
     held = [_held(running, target, wave) for wave in steps]
     duration = len(steps) * load_seconds
-    extra = max(sum(held) * load_seconds - target.gpus * duration, 0.0)
+    # Beyond the planned shape's own, not the target's: a target inflated to keep old pods serving (7 TP4
+    # pods kept ask for 7 TP8 pods where 2 carry the demand) pays for its extra pods only because of the
+    # move, and a bill that left them out let moves for a few GPUs hold 40 more for a load (docs/bench.md).
+    extra = max(sum(held) * load_seconds - proposed.gpus * duration, 0.0)
     return Rollout(proposed, target, steps[0][0], surge, len(steps), duration, max(held), extra, unavailable)
 
 

@@ -1,0 +1,57 @@
+"""A re-layout is weighed on what it costs against what it saves, both as they would fall: the rollout's
+bill counts the new pods a kept count adds, and a saving that a demand a few percent off undoes is the
+replica counts' rounding, not a reason to restart every pod (docs/bench.md, History, "The rollout's bill
+and the rounding of a saving")."""
+
+from __future__ import annotations
+
+from infertune.planner import PlannerState, decide, plan
+from infertune.planner.rollout import plan_rollout
+from infertune.planner.types import Action, DecisionReason, Layout
+from tests.unit.test_rollout import NOW, RAILS, fresh, request
+
+LOAD = 900.0
+
+
+def test_the_bill_counts_the_new_pods_a_kept_count_adds_beyond_the_planned_ones():
+    """Seven TP4 pods kept serving ask for seven TP8 pods where two carry the demand: the five more are
+    paid only because of the move, for the whole rollout."""
+    rollout = plan_rollout(Layout(4, 6, 7), Layout(8, 14, 2), keep=7, pool_gpus=None, load_seconds=LOAD)
+    assert rollout is not None and rollout.target == Layout(8, 14, 7) and rollout.waves == 1
+    held = 7 * 4 + 7 * 8  # every old pod serving beside every new one, for one load
+    assert rollout.extra_gpu_seconds == (held - 2 * 8) * LOAD
+    assert "beside the new shape's own at 2 replica(s)" in rollout.describe()
+
+
+def test_a_rollout_to_the_planned_count_pays_only_the_overlap():
+    rollout = plan_rollout(Layout(8, 14, 2), Layout(4, 6, 5), keep=2, pool_gpus=64, load_seconds=LOAD)
+    assert rollout is not None and rollout.target == Layout(4, 6, 5)
+    assert rollout.extra_gpu_seconds == 2 * 8 * LOAD  # the old pods, beside the new shape's own 20 GPUs
+
+
+def test_a_saving_that_rounding_alone_makes_is_no_reason_to_relayout():
+    """At 1.05 req/s five pods of TP4 c=6 or four of c=8: one pod less, 20% of the GPUs. At 10% less demand
+    both shapes need four pods, at 10% more both five: the move would restart every pod for a saving the
+    next wobble of the demand takes back."""
+    p = plan(request(1.05), fresh(1.05), NOW)
+    running = Layout(4, 6, 5)
+    assert p.layout is not None and p.layout.max_num_seqs == 8 and p.layout.gpus == 16
+    assert p.sized(running) == running
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 5),))
+    decision = decide(p, state, fresh(1.05), RAILS, NOW)
+    assert decision.action is not Action.RELAYOUT
+    assert decision.reason == DecisionReason.RELAYOUT_NOT_WORTH_IT and "rounding" in decision.message
+
+
+def test_a_saving_that_holds_across_the_demand_still_moves():
+    """From c=4 to c=8 at 1.5 req/s: eight pods against six, and still more than the hysteresis share at
+    10% more or less demand. The move goes."""
+    p = plan(request(1.5), fresh(1.5), NOW)
+    running = p.sized(Layout(4, 4, 1))
+    assert running == Layout(4, 4, 8) and p.layout == Layout(4, 8, 6)
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, running.replicas),))
+    decision = decide(p, state, fresh(1.5), RAILS, NOW)
+    assert decision.action is Action.RELAYOUT and decision.reason == DecisionReason.CHEAPER_LAYOUT
+    assert decision.target == Layout(4, 8, 8)  # the 8 old pods serve until 8 new ones are ready
+    assert "the old pods the demand needs serve until new ones are ready" in decision.message
+    assert "paid beside the new shape's own at 6 replica(s)" in decision.message
