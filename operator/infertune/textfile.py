@@ -5,9 +5,11 @@ trace reader, so both answer a binary file, a directory or an unreadable path th
 from __future__ import annotations
 
 import csv
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from infertune.errors import UserError
 
@@ -67,3 +69,26 @@ def csv_problem(exc: csv.Error) -> str:
     if "field limit" in str(exc):
         return f"a field longer than {csv.field_size_limit():,} characters, which no figure is"
     return f"not CSV ({exc})"
+
+
+class JsonPastLimits(Exception):
+    """JSON that is valid but that Python will not read: an integer of more than 4,300 digits (int() refuses
+    it), or nesting deeper than the recursion limit. `too_deep` says which; each caller words it for its input."""
+
+    def __init__(self, too_deep: bool) -> None:
+        super().__init__("nested too deeply" if too_deep else "an integer of more than 4,300 digits")
+        self.too_deep = too_deep
+
+
+def load_json(text: str) -> Any:
+    """json.loads, with what it raises besides a syntax error as one JsonPastLimits. A syntax error
+    (json.JSONDecodeError) is raised as it is, for the caller to word with its line. Pure: the commands (a
+    config.json named by a flag) and the planner (one from a ConfigMap) share it."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # Python's limit on an integer's digits
+        raise JsonPastLimits(too_deep=False) from None
+    except RecursionError:
+        raise JsonPastLimits(too_deep=True) from None

@@ -69,6 +69,10 @@ def _replica_args(p: argparse.ArgumentParser) -> None:
 
 
 def _replica(args: argparse.Namespace) -> ReplicaConfig:
+    if args.max_num_batched_tokens < args.max_num_seqs:  # every running stream decodes a token each step
+        raise UserError(f"--max-num-batched-tokens {args.max_num_batched_tokens} is below --max-num-seqs "
+                        f"{args.max_num_seqs}: a step could not hold a token of each stream, and vLLM refuses it "
+                        "(max_num_batched_tokens must be >= max_num_seqs)")
     fits: dict[int, LinearFit] = {}
     if args.fit:
         try:

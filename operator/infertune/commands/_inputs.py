@@ -11,9 +11,10 @@ import io
 import json
 import math
 import os
+import re
 import statistics
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from infertune.api.spec import PASS_MS_RANGE
 from infertune.errors import UserError
 from infertune.model import ModelProfile, load_model, profile_from_hf_config
 from infertune.planner.request import tp_refusal
-from infertune.textfile import csv_problem, read_text
+from infertune.textfile import JsonPastLimits, csv_problem, load_json, read_text
 
 if TYPE_CHECKING:
     from infertune.actuate.apply import KubeClient
@@ -51,10 +52,9 @@ def number(low: float | None = None, high: float | None = None, *, integer: bool
         return f"{kind} of at most {high:g}{unit}" if high is not None else f"a finite {kind.split()[-1]}"
 
     def parse(text: str) -> Any:
-        try:
-            value: float = int(text) if integer else float(text)
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"expected {describe()}, got {text!r}") from None
+        value = plain_number(text, integer=integer)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"expected {describe()}, got {text!r}")
         if not math.isfinite(value) or (low is not None and (value <= low if above else value < low)) or (
                 high is not None and value > high):
             raise argparse.ArgumentTypeError(f"expected {describe()}, got {text!r}")
@@ -62,6 +62,47 @@ def number(low: float | None = None, high: float | None = None, *, integer: bool
 
     parse.__name__ = "integer" if integer else "number"  # what argparse calls the type in its messages
     return parse
+
+
+# A number as a person types one: ASCII digits, a sign, a point and an exponent. int() and float() also take
+# `1_000`, other scripts' digits ('١٢', '１２') and Unicode spaces around them: a paste or a typo, not a figure to
+# guess at. float()'s own words for NaN and infinity still read as such, for the range check to refuse in its words.
+_PLAIN_INTEGER = re.compile(r"[+-]?[0-9]+")
+_PLAIN_DECIMAL = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf|infinity|nan))")
+_ASCII_SPACE = " \t\n\r\f\v"
+
+
+def plain_number(text: str, *, integer: bool = False) -> int | float | None:
+    """`text` as an int (with `integer`) or a float when it is plainly written, else None."""
+    written = text.strip(_ASCII_SPACE)
+    if not (_PLAIN_INTEGER if integer else _PLAIN_DECIMAL).fullmatch(written):
+        return None
+    try:
+        return int(written) if integer else float(written)
+    except ValueError:  # an integer past Python's 4,300 digits: past every flag's range too
+        return None
+
+
+def written_number() -> Callable[[str], Any]:
+    """An argparse `type` for a flag whose command checks the range itself (and words it): only that the number
+    is plainly written. NaN and infinity pass, as float() reads them, for that check to refuse."""
+    def parse(text: str) -> Any:
+        value = plain_number(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
+        return value
+
+    parse.__name__ = "written_number"  # not `number`'s name: what it returns may be NaN, for the command to refuse
+    return parse
+
+
+def plain_floats(text: str, count: int) -> tuple[float, ...] | None:
+    """`count` comma-separated plainly written numbers (`--fit 5.2,1.65`), else None."""
+    items = text.split(",")
+    values = [plain_number(item) for item in items]
+    if len(items) != count or any(v is None for v in values):
+        return None
+    return tuple(float(v) for v in values if v is not None)
 
 
 def writable_file(flag: str, path: str | Path | None) -> None:
@@ -106,16 +147,21 @@ def plot_file(flag: str, path: str | None) -> None:
                         f"{', '.join('.' + f for f in formats)}, got {got}")
 
 
-def writable_dir(flag: str, path: str | Path | None) -> None:
+def writable_dir(flag: str, path: str | Path | None, files: Iterable[str] | None = None) -> None:
     """Fails now when `path` could not hold new files later: an existing directory must take a file;
     a missing one must have a nearest existing ancestor that is a directory it can be created in.
-    Nothing is created here: a command that fails later leaves no empty directory behind."""
+    Nothing is created here: a command that fails later leaves no empty directory behind.
+
+    In an existing directory, each of `files` (the names the command writes there) must be a regular file
+    or absent; without `files` (the names depend on the run: `bench --report` writes a plot per scenario),
+    every entry of the directory must be a regular file or a directory."""
     if path is None:
         return
     target = Path(path)
     if target.exists():
         if not target.is_dir():
             raise UserError(f"{flag}: {target} exists and is not a directory")
+        _no_special_files(flag, target, files)
         _probe(flag, target)
         return
     ancestor = target.absolute().parent
@@ -124,6 +170,18 @@ def writable_dir(flag: str, path: str | Path | None) -> None:
     if not ancestor.is_dir():
         raise UserError(f"{flag}: cannot create {target}: {ancestor} is not a directory")
     _probe(flag, ancestor)
+
+
+def _no_special_files(flag: str, folder: Path, files: Iterable[str] | None) -> None:
+    """A device, FIFO or socket where a file is to be written: opened to write, a FIFO no one reads blocks
+    for ever (`demo` hung at once on operator.log, `bench` after its minutes of work on bench.md)."""
+    names = sorted(files) if files is not None else sorted(entry.name for entry in os.scandir(folder))
+    for name in names:
+        entry = folder / name
+        if entry.exists() and not (entry.is_file() or (files is None and entry.is_dir())):
+            kind = "a directory" if entry.is_dir() else "a device, FIFO or socket"
+            raise UserError(f"{flag}: {entry} exists and is not a regular file ({kind}), where the command writes "
+                            "its files; remove it or name another directory")
 
 
 def _probe(flag: str, folder: Path) -> None:
@@ -170,16 +228,15 @@ class Samples:
 
 def parse_json(text: str, where: str) -> Any:
     """json.loads, with what it raises besides a syntax error refused in one line that starts with `where`:
-    an integer past Python's 4,300 digits (a ValueError) and nesting past the recursion limit. A syntax error
-    (JSONDecodeError) is left to the caller, which words it for its file."""
+    an integer past Python's 4,300 digits and nesting past the recursion limit (textfile.load_json, which the
+    planner reads a ConfigMap's config.json with too). A syntax error (JSONDecodeError) is left to the caller,
+    which words it for its file."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        raise
-    except ValueError:
+        return load_json(text)
+    except JsonPastLimits as exc:
+        if exc.too_deep:
+            raise UserError(f"{where}: nested too deeply to be a config.json") from None
         raise UserError(f"{where}: holds an integer of more than 4,300 digits, past the range of every field") from None
-    except RecursionError:
-        raise UserError(f"{where}: nested too deeply to be a config.json") from None
 
 
 def resolve_model(value: str) -> ModelProfile:

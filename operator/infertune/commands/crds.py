@@ -32,12 +32,13 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    # Both paths are created if missing, so each is checked as a directory that could be made.
-    writable_dir("--out", args.out)
+    files = render_all()
+    # Both paths are created if missing, so each is checked as a directory that could be made, and the files
+    # written there as regular files or absent (a FIFO at one would block the write for ever).
+    writable_dir("--out", args.out, files)
     if args.reference is not None:
         regular_or_absent("--reference", args.reference)
-        writable_dir("--reference", args.reference.parent)
-    files = render_all()
+        writable_dir("--reference", args.reference.parent, [args.reference.name])
     if args.reference is not None:
         args.reference.parent.mkdir(parents=True, exist_ok=True)
         args.reference.write_text(reference(), encoding="utf-8")

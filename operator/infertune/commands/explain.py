@@ -24,11 +24,13 @@ from infertune.planner.request import Resolved, resolve
 from infertune.planner.rollout import plan_rollout
 from infertune.planner.types import Layout, stabilization_window
 
+DEFAULT_NAMESPACE = "default"  # kubectl's, for NAME without -n
+
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("explain", help="why a resource runs the layout it runs")
     parser.add_argument("name", nargs="?", help="InferenceDeployment in the cluster")
-    parser.add_argument("-n", "--namespace", default="default")
+    parser.add_argument("-n", "--namespace", default=None, help="NAME's namespace (default: default)")
     parser.add_argument("-f", "--file", type=path, help="explain a YAML file offline instead")
     parser.add_argument("--policy", type=path, help="ServingPolicy YAML for -f (default: policies/<name>.yaml)")
     parser.add_argument("--config-json", type=path, help="config.json for a configMapRef with -f")
@@ -40,12 +42,13 @@ def _from_cluster(args: argparse.Namespace) -> tuple[Resolved, dict[str, Any]]:
     from infertune.errors import ApiError
 
     kube = cluster_client()
+    namespace = DEFAULT_NAMESPACE if args.namespace is None else args.namespace
     try:
-        body = kube.get(API_VERSION, KIND, args.namespace, args.name)
+        body = kube.get(API_VERSION, KIND, namespace, args.name)
     except ApiError as exc:
-        raise UserError(f"cannot read {KIND} {args.namespace}/{args.name}: {exc}") from None
+        raise UserError(f"cannot read {KIND} {namespace}/{args.name}: {exc}") from None
     if body is None:
-        raise UserError(f"{KIND} {args.namespace}/{args.name} not found")
+        raise UserError(f"{KIND} {namespace}/{args.name} not found")
     spec = parse_spec(body.get("spec"))
     policy = None
     if spec.policy_ref is not None:
@@ -55,7 +58,7 @@ def _from_cluster(args: argparse.Namespace) -> tuple[Resolved, dict[str, Any]]:
         policy = parse_policy(raw.get("spec"))
     config = None
     if spec.model.config_map_ref is not None:
-        cm = kube.get("v1", "ConfigMap", args.namespace, spec.model.config_map_ref.name) or {}
+        cm = kube.get("v1", "ConfigMap", namespace, spec.model.config_map_ref.name) or {}
         config = (cm.get("data") or {}).get(spec.model.config_map_ref.key)
     return resolve(spec, policy, config), dict(body.get("status") or {})
 
@@ -191,6 +194,9 @@ def _scale_down_line(resolved: Resolved) -> str:
 def handle(args: argparse.Namespace) -> int:
     if args.file is not None and args.name:  # one of the two would be explained and the other ignored
         raise UserError(f"give NAME or -f FILE, not both (got {args.name!r} and {args.file})")
+    if args.file is not None and args.namespace is not None:  # the file is explained offline: -n would be ignored
+        raise UserError(f"-n/--namespace: goes with NAME, the resource in the cluster; {args.file} is explained "
+                        "offline (drop -n, or give NAME to read it from that namespace)")
     if args.file is None:
         given = [flag for flag, value in (("--policy", args.policy), ("--config-json", args.config_json)) if value]
         if given:  # from the cluster, the policy and the ConfigMap are the ones the resource names there

@@ -19,6 +19,7 @@ from infertune.commands._inputs import (
     number,
     parse_int_list,
     path,
+    plain_floats,
     plot_file,
     read_samples,
     resolve_model,
@@ -115,10 +116,10 @@ def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
     if args.fit and args.samples:
         raise UserError("give --fit or --samples, not both")
     if args.fit:
-        try:
-            a_ms, b_ms = (float(v) for v in args.fit.split(","))
-        except ValueError:
-            raise UserError(f"--fit: expected INTERCEPT_MS,SLOPE_MS, got {args.fit!r}") from None
+        written = plain_floats(args.fit, 2)
+        if written is None:
+            raise UserError(f"--fit: expected INTERCEPT_MS,SLOPE_MS, got {args.fit!r}")
+        a_ms, b_ms = written
         if not (SAMPLE_PASS_MS_MIN <= a_ms < 1e5 and 0 <= b_ms < 1e5):
             raise UserError(f"--fit: the intercept must be at least {SAMPLE_PASS_MS_MIN:g} ms (no pass is shorter) "
                             f"and the slope a non-negative number of ms, got {args.fit!r}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -67,6 +68,26 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
+# YAML 1.1's base-60 numbers: PyYAML reads `startupSeconds: 15:00` as 900 and `1:30.5` as 90.5. kubectl and the
+# API server (sigs.k8s.io/yaml) read both as strings, which a number field refuses; so the commands read them as
+# strings too, and a field refuses them in its own words. PyYAML's int and float patterns, less that form:
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_WITHOUT_BASE_60 = {
+    _INT: re.compile(r"""^(?:[-+]?0b[0-1_]+
+                    |[-+]?0[0-7_]+
+                    |[-+]?(?:0|[1-9][0-9_]*)
+                    |[-+]?0x[0-9a-fA-F_]+)$""", re.X),
+    _FLOAT: re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+}
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, _WITHOUT_BASE_60.get(tag, regexp)) for tag, regexp in resolvers]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _yaml_documents(path: Path, flag: str) -> list[Any]:

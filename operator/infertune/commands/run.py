@@ -19,7 +19,7 @@ import structlog
 
 from infertune.api.formats import DATA_KEY
 from infertune.api.names import is_namespace_name, is_object_name
-from infertune.commands._inputs import cluster_client
+from infertune.commands._inputs import cluster_client, number, written_number
 from infertune.controller import OperatorContext, build_registry
 from infertune.errors import UserError
 from infertune.observe.http import AllowList
@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
                          help="coordinate replicas through the KopfPeering (with --namespace) or ClusterKopfPeering "
                               "NAME, which must exist: one replica acts, the others stand by")
     peering.add_argument("--standalone", action="store_true", help="no peering, a single replica (the default)")
-    parser.add_argument("--priority", type=int,
+    parser.add_argument("--priority", type=number(integer=True),
                         help="peering priority, highest acts (default: the replica that started first acts)")
     parser.add_argument("--prometheus-url", help="Prometheus for every resource without its own metrics.url")
     parser.add_argument("--allowed-prometheus-url", action="append", default=[], metavar="URL",
@@ -54,11 +54,12 @@ def register(sub: Any) -> None:
                              "--prometheus-url; read on every poll, so a rotated token is picked up")
     parser.add_argument("--prometheus-token-key", default="token", metavar="KEY",
                         help="key of the token in that Secret")
-    parser.add_argument("--cycle-seconds", type=float, default=30.0, help="tuning timer interval")
-    parser.add_argument("--poll-seconds", type=float, default=15.0, help="metrics poll interval")
+    parser.add_argument("--cycle-seconds", type=written_number(), default=30.0, help="tuning timer interval")
+    parser.add_argument("--poll-seconds", type=written_number(), default=15.0, help="metrics poll interval")
     parser.add_argument("--metrics-window", default="1m",
                         help="PromQL range for rates and quantiles (at least 4x Prometheus' scrape interval)")
-    parser.add_argument("--metrics-port", type=int, default=9090, help="the operator's own /metrics (0: off)")
+    parser.add_argument("--metrics-port", type=number(integer=True), default=9090,
+                        help="the operator's own /metrics (0: off)")
     parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
     parser.add_argument("--log-format", choices=("json", "plain"), default="json",
                         help="json: one object per line, for log shippers; plain: for people")

@@ -35,6 +35,7 @@ from infertune.model.catalog import validate_profile
 from infertune.model.forecast import BURST_QUANTILE
 from infertune.planner.plan import Plan, plan
 from infertune.planner.types import Guardrails, Layout, PlanRequest, SloTarget
+from infertune.textfile import JsonPastLimits, load_json
 
 DEFAULT_TP_SIZES = (1, 2, 4, 8)
 DEFAULT_KV_HEADROOM_PERCENT = 10
@@ -89,15 +90,15 @@ def resolve_model(spec: InferenceDeploymentSpec, config_json: str | None = None)
     if config_json is None:
         raise SpecError(f"{where}: not found")
     try:
-        raw = json.loads(config_json)
+        raw = load_json(config_json)
     except json.JSONDecodeError as exc:
         raise SpecError(f"{where}: malformed config.json: {exc.msg} at line {exc.lineno}") from None
-    except ValueError:
-        # Python's own limit on an integer's digits (4,300): a ConfigMap is user input, and a reconcile that
-        # raised here would retry it for ever instead of saying what is wrong.
+    except JsonPastLimits as exc:
+        # Python's own limits (4,300 digits, the recursion limit): a ConfigMap is user input, and a reconcile
+        # that raised here would retry it for ever instead of saying what is wrong.
+        if exc.too_deep:
+            raise SpecError(f"{where}: config.json is nested too deeply to be a model's config") from None
         raise SpecError(f"{where}: config.json holds an integer of more than 4,300 digits") from None
-    except RecursionError:
-        raise SpecError(f"{where}: config.json is nested too deeply to be a model's config") from None
     try:
         return profile_from_hf_config(raw, source.weights)
     except CatalogError as exc:
