@@ -52,10 +52,6 @@ MAX_GROWTH = 3.0
 # Per-bucket learning rate of the seasonal profile once a bucket has this many samples: its memory
 # is a few days of that hour.
 PROFILE_MEMORY_SAMPLES = 360
-# A re-layout is weighed over the hours the profile knows ahead, read in steps this long, up to this far:
-# a shape lasts for hours, and whether it keeps saving depends on where the day's demand goes.
-AHEAD_STEP_S = 900.0
-AHEAD_MAX_S = 8 * SECONDS_PER_HOUR
 
 
 @dataclass(frozen=True)
@@ -117,24 +113,6 @@ class SeasonalProfile:
     def empty(self) -> bool:
         return not any(self.daily_samples)
 
-    def ahead(self, now: float, step_s: float = AHEAD_STEP_S,
-              most_s: float = AHEAD_MAX_S) -> tuple[tuple[float, float], ...]:
-        """The learnt demand every `step_s` ahead of `now`, up to `most_s`, as (seconds ahead, its ratio to
-        the level now), while every hour on the way has been seen; empty when the level now is unknown or
-        nil. The ratio is capped at MAX_GROWTH, as the seasonal figure is."""
-        here = self.level_at(now)
-        if here is None or here <= 0 or step_s <= 0:
-            return ()
-        steps: list[tuple[float, float]] = []
-        offset = step_s
-        while offset <= most_s:
-            there = self.level_at(now + offset)
-            if there is None:
-                break
-            steps.append((offset, min(there / here, MAX_GROWTH)))
-            offset += step_s
-        return tuple(steps)
-
 
 def _hour(time: float) -> int:
     return int(time % SECONDS_PER_DAY // SECONDS_PER_HOUR)
@@ -172,9 +150,6 @@ class DemandOutlook:
     # The burst quantile reads its whole window (the recent bins reach back as far as it looks): the bursts
     # of the last two model loads at least are in the figure, not only those of the first minutes.
     full_window: bool = False
-    # The learnt profile's demand ahead as (seconds ahead, ratio to now) (`SeasonalProfile.ahead`): what a
-    # re-layout's saving is weighed over where the profile knows the hours to come.
-    ahead: tuple[tuple[float, float], ...] = ()
 
     @property
     def sized(self) -> float:
@@ -210,8 +185,7 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
     arrived = _recent_bins(arrivals, now, horizon_s, width)
     arrival_level = _level(arrived, 0.0) if len(arrived) >= MIN_BURST_BINS else None
     full = bool(bins) and now - bins[0].time >= _burst_window_s(horizon_s, width) - width
-    ahead = () if profile is None else profile.ahead(now)
-    return DemandOutlook(current, burst, trend, seasonal, horizon_s, arrival_level, full, ahead)
+    return DemandOutlook(current, burst, trend, seasonal, horizon_s, arrival_level, full)
 
 
 def _burst_window_s(horizon_s: float, width: float) -> float:

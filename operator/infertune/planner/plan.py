@@ -33,9 +33,6 @@ class Sizing:
     # The forecast's burst figure reads its whole window (model/forecast.py): what shedding the standing
     # headroom for a rollout's loads rests on.
     forecast_settled: bool = False
-    # The learnt profile's demand ahead, (seconds ahead, ratio to now) (model/forecast.py): what a re-layout's
-    # saving is weighed over where the profile knows the hours to come.
-    ahead: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -246,8 +243,7 @@ def _sizing(request: PlanRequest, demand: float | None, outlook: DemandOutlook |
     wanted = _spared(demand, request.demand_headroom, outlook)
     level = None if outlook is None else outlook.arrival_level
     settled = outlook is not None and outlook.full_window and outlook.burst is not None
-    ahead = () if outlook is None else outlook.ahead
-    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level, settled, ahead)
+    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level, settled)
 
 
 def _rates(table: CandidateTable, rows: np.ndarray, point: bool = False) -> np.ndarray:

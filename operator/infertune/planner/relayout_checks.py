@@ -5,8 +5,7 @@ Each returns a `Check` (planner/checks.py); `planner/guardrails.py` runs them in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from itertools import pairwise
+from dataclasses import replace
 
 from infertune.planner.candidates import KV_RISK
 from infertune.planner.checks import (
@@ -232,11 +231,10 @@ def check_pass_time_measured(ctx: CheckContext) -> Check:
 
 def check_relayout_pays_back(ctx: CheckContext) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
-    only worth it when what it saves beats that (planner/rollout.py), and when it saves more than the
-    hysteresis share of the GPUs, at the demand and within that share of it: two shapes within a replica
-    of each other trade places with every small change of the demand or the fit, and each trade is a
-    model load. What it saves is weighed over the horizon at the demand now, or, where the learnt daily
-    profile knows the hours ahead, over those hours while the new shape keeps saving (`_weighed_saving`)."""
+    only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
+    saves more than the hysteresis share of the GPUs, at the demand and within that share of it: two
+    shapes within a replica of each other trade places with every small change of the demand or the
+    fit, and each trade is a model load."""
     if not is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return ok("relayout-payback")
     if ctx.rollout.max_unavailable > 0:
@@ -255,89 +253,38 @@ def check_relayout_pays_back(ctx: CheckContext) -> Check:
                  else f"less than {ctx.rails.hysteresis:.0%} saved")
         return hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
                     f"{shape} needs {ctx.proposed.gpus} GPUs against {baseline.gpus}: {saved}")
-    weighed = _weighed_saving(ctx, baseline, ctx.proposed)
-    if weighed.least_gpus < ctx.rails.hysteresis * weighed.staying_gpus:
+    least = _saving_across_band(ctx, baseline, ctx.proposed)
+    if least < ctx.rails.hysteresis * baseline.gpus:
         return hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
-                    f"{shape} saves {baseline.gpus - ctx.proposed.gpus} GPU(s) at this demand but "
-                    f"{weighed.least_gpus:.1f} with the demand {ctx.rails.hysteresis:.0%} off it{weighed.over}, less "
-                    f"than {ctx.rails.hysteresis:.0%} of the running shape's {weighed.staying_gpus:.0f}: the saving "
-                    f"is the replica counts' rounding")
+                    f"{shape} saves {baseline.gpus - ctx.proposed.gpus} GPU(s) at this demand but {least} "
+                    f"within {ctx.rails.hysteresis:.0%} of it: the saving is the replica counts' rounding")
     # Weighed in GPU-seconds: every GPU of the pool costs the same, so the price only names the figures (and
     # a price of 0, an on-premises pool's, would otherwise hold every move for cost as saving $0).
-    saving = weighed.gpu_seconds
+    saving = (baseline.gpus - ctx.proposed.gpus) * ctx.rails.relayout_horizon_s
     restart = ctx.rollout.extra_gpu_seconds
     if saving <= restart:
         return hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
-                    f"saves {_priced(saving, price_per_gpu_second)} over {weighed.seconds:.0f} s{weighed.over}; "
+                    f"saves {_priced(saving, price_per_gpu_second)} over {ctx.rails.relayout_horizon_s:.0f} s; "
                     f"the rollout costs {_priced(restart, price_per_gpu_second)} ({ctx.rollout.describe()})")
     return ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
-              f"saves {_priced(saving, price_per_gpu_second)} over {weighed.seconds:.0f} s{weighed.over}, the "
-              f"rollout costs {_priced(restart, price_per_gpu_second)}")
+              f"saves {_priced(saving, price_per_gpu_second)}, the rollout costs "
+              f"{_priced(restart, price_per_gpu_second)}")
 
 
-@dataclass(frozen=True)
-class WeighedSaving:
-    """What a re-layout saves while it keeps saving: GPU-seconds over `seconds`, and the least mean GPUs saved
-    with the demand anywhere within the hysteresis share of the figures weighed."""
-
-    gpu_seconds: float
-    seconds: float
-    least_gpus: float
-    staying_gpus: float  # the running shape's mean GPUs over those seconds: what the hysteresis share is of
-    over: str  # how the demand ahead was read, for the message ("" at the demand now)
-
-
-def _weighed_saving(ctx: CheckContext, baseline: Layout, proposed: Layout) -> WeighedSaving:
-    """What `proposed` saves over `baseline`. Without a learnt profile of the hours ahead: at the demand now,
-    over the re-layout horizon. Where the profile knows every hour to past that horizon
-    (model/forecast.py `SeasonalProfile.ahead`): at the demand it has for each step ahead, for as long as the
-    new shape keeps saving (the next re-layout would leave it then), up to the profile's reach. A move that
-    saves a pod at tonight's trough and costs one at tomorrow's peak is weighed on both, and a move into
-    the shape the morning's rise will want is weighed on the hours it will serve, not on the one before.
-
-    And at every step the saving must hold with the demand within the hysteresis share of it: two shapes
-    whose pods carry different rates round to whole pods differently, and a saving that a demand a few
-    percent off turns into none or a loss is rounding, not thrift."""
-    horizon = ctx.rails.relayout_horizon_s
-    ahead = ctx.plan.sizing.ahead
-    learnt = bool(ahead) and ahead[-1][0] >= horizon
-    # (seconds, demand ratio) pieces: each step ahead holds the ratio read at its start.
-    pieces = [(horizon, 1.0)]
-    if learnt:
-        starts = [(0.0, 1.0), *ahead]
-        pieces = [(end - start, ratio) for (start, ratio), (end, _) in pairwise(starts)]
-    band = (1.0 - ctx.rails.hysteresis, 1.0 + ctx.rails.hysteresis)
-    seconds = gpu_seconds = staying_gpu_seconds = 0.0
-    band_gpu_seconds = {factor: 0.0 for factor in band}
-    band_seconds = {factor: 0.0 for factor in band}
-    for i, (span, ratio) in enumerate(pieces):
-        sized = (baseline.gpus, proposed.gpus) if i == 0 else _sized_gpus(ctx, baseline, proposed, ratio)
-        # A loss ahead ends the reading: the next re-layout would leave the shape there.
-        if sized is None or sized[0] < sized[1]:
-            break
-        seconds += span
-        gpu_seconds += (sized[0] - sized[1]) * span
-        staying_gpu_seconds += sized[0] * span
-        for factor in band:
-            at = _sized_gpus(ctx, baseline, proposed, ratio * factor)
-            if at is not None:
-                band_gpu_seconds[factor] += (at[0] - at[1]) * span
-                band_seconds[factor] += span
-    least = min([gpu_seconds / seconds] + [band_gpu_seconds[f] / band_seconds[f] for f in band if band_seconds[f]])
-    over = (f" (the learnt profile's demand over the next {seconds / 3600:.1f} h, while it keeps saving)"
-            if learnt else "")
-    return WeighedSaving(gpu_seconds, seconds, least, staying_gpu_seconds / seconds, over)
-
-
-def _sized_gpus(ctx: CheckContext, baseline: Layout, proposed: Layout, ratio: float) -> tuple[int, int] | None:
-    """The GPUs `baseline` and `proposed` need sized for `ratio` times the demand sized for; None without a
-    demand figure or where either cannot be sized."""
+def _saving_across_band(ctx: CheckContext, baseline: Layout, proposed: Layout) -> int:
+    """The fewest GPUs `proposed` saves over `baseline` with the demand anywhere within the hysteresis share
+    of the figure sized for: two shapes whose pods carry different rates round to whole pods differently,
+    and a saving that a demand a few percent off turns into none or a loss is rounding, not thrift."""
     demand = ctx.plan.sizing.demand_rps
+    saved = baseline.gpus - proposed.gpus
     if demand is None or demand <= 0:
-        return None
-    stay = ctx.plan.sized(baseline, over_line=True, demand_rps=demand * ratio)
-    move = ctx.plan.sized(proposed, over_line=True, demand_rps=demand * ratio)
-    return None if stay is None or move is None else (stay.gpus, move.gpus)
+        return saved
+    for factor in (1.0 - ctx.rails.hysteresis, 1.0 + ctx.rails.hysteresis):
+        stay = ctx.plan.sized(baseline, over_line=True, demand_rps=demand * factor)
+        move = ctx.plan.sized(proposed, over_line=True, demand_rps=demand * factor)
+        if stay is not None and move is not None:
+            saved = min(saved, stay.gpus - move.gpus)
+    return saved
 
 
 def _priced(gpu_seconds: float, price_per_gpu_second: float) -> str:
