@@ -218,3 +218,29 @@ def test_simulate_takes_as_many_batched_tokens_as_sequences(capsys: pytest.Captu
     code, _, err = run(capsys, "simulate", "sweep", "--max-num-seqs", "64", "--max-num-batched-tokens", "64",
                        "--concurrency", "1", "--warmup", "0", "--duration", "10", "--output", "json")
     assert code == 0, err
+
+
+# --- what the sweep left: the lab's `simulate --fit` and a samples file's cells ---------------------------
+@pytest.mark.parametrize("fit", ["5_2,1.65", "5.2,1_0", "\u0665,1.65"])
+def test_simulate_fit_refuses_a_number_not_plainly_written(capsys: pytest.CaptureFixture[str], fit: str) -> None:
+    code, out, err = run(capsys, "simulate", "sweep", "--fit", fit, "--concurrency", "1")
+    assert refused(code, out, err, "--fit", "expected A_MS,B_MS"), err
+
+
+@pytest.mark.parametrize("cell", ["1_0", "\u0661\u0662", "\uff18"])
+def test_a_samples_cell_not_plainly_written_is_refused_naming_its_line(capsys: pytest.CaptureFixture[str],
+                                                                       tmp_path: Path, cell: str) -> None:
+    """A samples file's batch of `1_0` was read as 10, and `١٢` as 12: a paste, fitted without a word."""
+    rows = "".join(f"{b},{5 + 1.6 * b:.2f}\n" for b in (1, 2, 4, 8))
+    samples = write(tmp_path / "s.csv", f"batch,per_pass_ms\n{rows}{cell},20.0\n")
+    plan = ["plan", "--model", "kimi-k2.6", "--gpu", "b200", "--samples", samples]
+    for argv in (["fit", "--samples", samples], plan):
+        code, out, err = run(capsys, *argv)
+        assert refused(code, out, err, "line 6", "not a number"), err
+
+
+def test_a_plainly_written_samples_file_is_still_fitted(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rows = "".join(f"{b},{5 + 1.6 * b:.2f}\n" for b in (1, 2, 4, 8, 16))
+    samples = write(tmp_path / "s.csv", f"batch,per_pass_ms\n{rows}+3.0E1,5.3e1\n")
+    code, _, err = run(capsys, "fit", "--samples", samples)
+    assert code == 0, err

@@ -21,6 +21,7 @@ from infertune.commands._inputs import (
     dump_json,
     number,
     parse_int_list,
+    plain_floats,
     plot_file,
     writable_file,
 )
@@ -75,10 +76,10 @@ def _replica(args: argparse.Namespace) -> ReplicaConfig:
                         "(max_num_batched_tokens must be >= max_num_seqs)")
     fits: dict[int, LinearFit] = {}
     if args.fit:
-        try:
-            a_ms, b_ms = (float(x) for x in args.fit.split(","))
-        except ValueError:
-            raise UserError(f"--fit: expected A_MS,B_MS such as 5.2,1.65, got {args.fit!r}") from None
+        written = plain_floats(args.fit, 2)
+        if written is None:
+            raise UserError(f"--fit: expected A_MS,B_MS such as 5.2,1.65, got {args.fit!r}")
+        a_ms, b_ms = written
         if not (0 <= a_ms < 1e5 and 0 < b_ms < 1e5) or a_ms + b_ms < SAMPLE_PASS_MS_MIN:
             raise UserError(f"--fit: the intercept must be >= 0 and the slope > 0 ms, and a pass of one stream "
                             f"(their sum) at least {SAMPLE_PASS_MS_MIN:g} ms, got {args.fit!r}")

@@ -317,11 +317,11 @@ def _sample_rows(path: str, reader: csv.DictReader[str]) -> tuple[list[float], l
             raise UserError(f"{path}: line {line}: {len(fields) + len(row[None])} fields, but the header "
                             f"names {len(fields)}")
         row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
-        try:
-            batch, per_pass = float(row["batch"]), float(row["per_pass_ms"])
-            context = float(row["context_tokens"]) if has_context and row.get("context_tokens") else 0.0
-        except ValueError:
-            raise UserError(f"{path}: line {line}: not a number in {_shown_row(row)}") from None
+        cells = [plain_number(row["batch"]), plain_number(row["per_pass_ms"]),
+                 plain_number(row["context_tokens"]) if has_context and row.get("context_tokens") else 0.0]
+        if any(cell is None for cell in cells):  # `1_0` or another script's digits: a paste, not a sample
+            raise UserError(f"{path}: line {line}: not a number in {_shown_row(row)}")
+        batch, per_pass, context = (float(cell or 0.0) for cell in cells)
         if not all(math.isfinite(v) for v in (batch, per_pass, context)) or not (
                 SAMPLE_BATCH_MIN <= batch <= SAMPLE_BATCH_MAX
                 and SAMPLE_PASS_MS_MIN <= per_pass <= SAMPLE_PASS_MS_MAX and 0 <= context <= SAMPLE_CONTEXT_MAX):
