@@ -244,3 +244,11 @@ def test_a_plainly_written_samples_file_is_still_fitted(capsys: pytest.CaptureFi
     samples = write(tmp_path / "s.csv", f"batch,per_pass_ms\n{rows}+3.0E1,5.3e1\n")
     code, _, err = run(capsys, "fit", "--samples", samples)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("tp", ["+-4", "--4", "4,+-8", "4," + "9" * 5000])
+def test_an_integer_list_with_signs_doubled_or_past_pythons_digits_is_refused(capsys: pytest.CaptureFixture[str],
+                                                                              tp: str) -> None:
+    """`--tp +-4` passed the list's own check (signs stripped, then digits) and int() raised: an internal error."""
+    code, out, err = run(capsys, "plan", "--model", "kimi-k2.6", "--gpu", "b200", f"--tp={tp}")
+    assert refused(code, out, err, "--tp", "expected comma-separated integers"), err

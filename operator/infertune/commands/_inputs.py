@@ -255,11 +255,11 @@ def parse_int_list(value: str, flag: str, high: int | None = None) -> tuple[int,
     """Comma-separated positive integers, each at most `high` when given (a batch of 10**30 streams
     is a typo, and one past a float's range would fail deep in the arithmetic)."""
     # int() also takes other scripts' digits and skipped items were dropped ("1,,2"): a list that is not
-    # plainly written is a typo or a paste, not a list to guess at.
-    written = [v.strip() for v in value.split(",")]
-    if not all(v.isascii() and v.lstrip("+-").isdigit() for v in written):
+    # plainly written is a typo or a paste, not a list to guess at (nor "+-4", which int() refuses).
+    written = [plain_number(v, integer=True) for v in value.split(",")]
+    if any(v is None for v in written):
         raise UserError(f"{flag}: expected comma-separated integers, got {value!r}")
-    items = tuple(int(v) for v in written)
+    items = tuple(int(v or 0) for v in written)
     if not items or any(v <= 0 for v in items):
         raise UserError(f"{flag}: expected positive integers, got {value!r}")
     if high is not None and max(items) > high:
