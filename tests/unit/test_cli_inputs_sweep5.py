@@ -159,6 +159,18 @@ def test_a_fifo_in_an_output_directory_is_refused_before_any_work(capsys: pytest
     assert sorted(p.name for p in report.iterdir()) == sorted([name, "old.md"])
 
 
+@pytest.mark.parametrize("argv", [["crds", "--out", "{dir}"], ["crds", "--reference", "{dir}/ref.md"]])
+def test_a_directory_where_a_named_file_is_written_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                              argv: list[str]) -> None:
+    """A directory standing where `crds` writes one of its files, in `--out` or as `--reference`: one line
+    names it, and nothing in the directory is written."""
+    target = tmp_path / "ref.md" if "--reference" in argv else tmp_path / "infertune.io_inferencedeployments.yaml"
+    target.mkdir()
+    code, out, err = run(capsys, *[a.format(dir=tmp_path) for a in argv])
+    assert refused(code, out, err, str(target), "is a directory, not a file"), err
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
 def test_crds_reference_beside_a_fifo_is_still_written(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """Only the files a command writes are checked when it names them: a FIFO beside `--reference` is no hole."""
     fifo_at(tmp_path / "other")

@@ -174,14 +174,17 @@ def writable_dir(flag: str, path: str | Path | None, files: Iterable[str] | None
 
 def _no_special_files(flag: str, folder: Path, files: Iterable[str] | None) -> None:
     """A device, FIFO or socket where a file is to be written: opened to write, a FIFO no one reads blocks
-    for ever (`demo` hung at once on operator.log, `bench` after its minutes of work on bench.md)."""
-    names = sorted(files) if files is not None else sorted(entry.name for entry in os.scandir(folder))
-    for name in names:
-        entry = folder / name
-        if entry.exists() and not (entry.is_file() or (files is None and entry.is_dir())):
-            kind = "a directory" if entry.is_dir() else "a device, FIFO or socket"
-            raise UserError(f"{flag}: {entry} exists and is not a regular file ({kind}), where the command writes "
-                            "its files; remove it or name another directory")
+    for ever (`demo` hung at once on operator.log, `bench` after its minutes of work on bench.md). Named
+    files are held to `regular_or_absent`, as a single output file is; without names, any entry that is
+    neither a file nor a directory is refused."""
+    if files is not None:
+        for name in sorted(files):
+            regular_or_absent(flag, folder / name)
+        return
+    for entry in sorted(folder.iterdir()):
+        if not (entry.is_file() or entry.is_dir()):
+            raise UserError(f"{flag}: {entry} exists and is not a regular file (a device, FIFO or socket), where "
+                            "the command writes its files; remove it or name another directory")
 
 
 def _probe(flag: str, folder: Path) -> None:
