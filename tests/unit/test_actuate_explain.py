@@ -78,6 +78,13 @@ def test_explain_shows_the_demand_sized_for_the_headroom_cost_and_the_rollout() 
     # The policy's 5m window is raised to the example's 15-minute load, and explain says so.
     assert ("scale-down:   waits until 15m of recommendations ask for fewer (spec.tuning.cooldowns."
             "scaleDownStabilization 5m is raised to the 15m model load") in out
+    # A scale-up's step is stated with where it comes from: HPA's default, the shipped policy setting none.
+    assert ("scale-up:     adds at most 4 replica(s) or 100% of those that run, whichever is more (HPA's default; "
+            "spec.tuning.maxReplicaStep sets a bound both ways), 1m after the last scale-up") in out
+    batch = parse_policy(yaml.safe_load((ROOT / "policies/batch.yaml").read_text())["spec"])
+    stepped = resolve(parse_spec(spec), batch)
+    out = render_explanation(stepped, status, plan(stepped.request, None, 0.0), 3)
+    assert "scale-up:     adds at most 8 replica(s) a decision (spec.tuning.maxReplicaStep), 2m after" in out
 
 
 def test_explain_says_a_start_on_the_napkin_alone_was_sized_on_a_slower_pass() -> None:

@@ -83,6 +83,17 @@ def test_resolve_builds_the_planner_request() -> None:
     assert tuned.request.burst_quantile == 0.90
 
 
+def test_a_replica_step_set_bounds_a_scale_up_and_unset_leaves_the_hpas_doubling() -> None:
+    """Unset (the shipped policies leave it), a scale-up adds 4 pods or as many as run, whichever is more;
+    a `maxReplicaStep` the resource or its policy sets bounds both ways, as it says."""
+    unset = resolve(parse_spec(_spec()), parse_policy(_load("policies/coding-agent.yaml")["spec"])).request
+    assert (unset.guardrails.max_step_replicas, unset.guardrails.scale_up_share) == (4, 1.0)
+    stepped = resolve(parse_spec(_spec(tuning={**_spec()["tuning"], "maxReplicaStep": 2}))).request
+    assert (stepped.guardrails.max_step_replicas, stepped.guardrails.scale_up_share) == (2, 0.0)
+    batch = resolve(parse_spec(_spec()), parse_policy(_load("policies/batch.yaml")["spec"])).request
+    assert (batch.guardrails.max_step_replicas, batch.guardrails.scale_up_share) == (8, 0.0)
+
+
 def test_min_zero_replicas_scales_an_idle_deployment_down_to_one_not_holds_it() -> None:
     """`replicas.min: 0` (gpt-oss's example had it) planned no layout at all for no traffic, so the
     guardrails held every running replica (NoFeasibleLayout) for as long as the idle lasted. There is no

@@ -153,7 +153,8 @@ def test_a_yaml_integer_of_thousands_of_digits_is_refused_naming_its_line(
 
 def test_a_policy_integer_of_thousands_of_digits_is_refused_naming_its_line(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    policy = write(tmp_path / "p.yaml", POLICY.read_text().replace("maxReplicaStep: 4", f"maxReplicaStep: {HUGE_INT}"))
+    text = POLICY.read_text().replace("hysteresisPercent: 10", f"hysteresisPercent: {HUGE_INT}")
+    policy = write(tmp_path / "p.yaml", text)
     resource = write(tmp_path / "r.yaml", EXAMPLE)
     code, out, err = run(capsys, "plan", "-f", resource, "--policy", policy)
     assert refused(code, out, err, "--policy", policy, "5,000 digits"), err

@@ -96,9 +96,9 @@ def test_a_sexagesimal_number_in_the_resource_is_a_string_as_kubernetes_reads_it
 
 def test_a_sexagesimal_number_in_the_policy_is_refused_naming_the_field(capsys: pytest.CaptureFixture[str],
                                                                         tmp_path: Path) -> None:
-    """`maxReplicaStep: 1:00` was the integer 60 (inside its range, so taken); `scaleUp: 1:00` was refused only
+    """`hysteresisPercent: 0:10` was the integer 10 (inside its range, so taken); `scaleUp: 1:00` was refused only
     as "Input should be a valid string", for a value the user wrote as a string."""
-    for old, new, field in (("maxReplicaStep: 4", "maxReplicaStep: 0:04", "spec.tuning.maxReplicaStep"),
+    for old, new, field in (("hysteresisPercent: 10", "hysteresisPercent: 0:10", "spec.tuning.hysteresisPercent"),
                             ("scaleUp: 1m", "scaleUp: 1:00", "spec.tuning.cooldowns.scaleUp")):
         policy = write(tmp_path / "p.yaml", POLICY.read_text().replace(old, new))
         code, out, err = run(capsys, "plan", "-f", write(tmp_path / "r.yaml", EXAMPLE), "--policy", policy)

@@ -196,7 +196,6 @@ def test_the_defaults_the_descriptions_state_are_the_planners() -> None:
         "spec.tuning.cooldowns.scaleDownStabilization": format_duration(rails.scale_down_stabilization_s),
         "spec.tuning.staleAfter": format_duration(rails.stale_after_s),
         "spec.tuning.hysteresisPercent": f"{rails.hysteresis * 100:g}",
-        "spec.tuning.maxReplicaStep": str(rails.max_step_replicas),
         "spec.tuning.kvHeadroomPercent": f"{request.kv_headroom * 100:g}",
         "spec.tuning.burstHeadroomPercent": f"{request.demand_headroom * 100:g}",
         "spec.tuning.burstPercentile": f"{request.burst_quantile * 100:g}",
@@ -206,6 +205,9 @@ def test_the_defaults_the_descriptions_state_are_the_planners() -> None:
     }
     for path, default in stated.items():
         assert f"Default {default}." in _description("InferenceDeployment", path), path
+    step = _description("InferenceDeployment", "spec.tuning.maxReplicaStep")
+    assert rails.scale_up_share == 1.0 and (
+        f"Unset: {rails.max_step_replicas} down, and up {rails.max_step_replicas} or as many as run" in step)
     assert f"Default {request.concurrency_max}, " in _description("InferenceDeployment", "spec.tuning.concurrency.max")
     assert f"Default {request.replicas_max}, " in _description("InferenceDeployment", "spec.tuning.replicas.max")
     assert request.workload == workload_preset("chat")

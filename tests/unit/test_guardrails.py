@@ -12,7 +12,8 @@ from infertune.planner.types import LeftUnsafe
 
 RAILS = Guardrails(scale_up_cooldown_s=60, scale_down_cooldown_s=300, relayout_cooldown_s=1800,
                    scale_down_stabilization_s=300, max_step_replicas=2, hysteresis=0.1,
-                   relayout_horizon_s=3600, model_load_seconds=600, stale_after_s=120)
+                   relayout_horizon_s=3600, model_load_seconds=600, stale_after_s=120,
+                   scale_up_share=0.0)  # a step the resource sets: it bounds a scale-up too
 NOW = 10_000.0
 
 
@@ -56,6 +57,26 @@ def test_scale_up_is_bounded_by_the_max_step_and_the_cooldown():
     later = PlannerState(applied=Layout(4, 8, 5), last_scale_up_at=NOW - 30)
     _, d = run(6.0, later)
     assert d.action is Action.HOLD and d.reason == "ScaleUpCooldown"
+
+
+def test_unless_a_step_is_set_a_scale_up_may_double_the_fleet_as_the_hpa_does():
+    """HPA's default scale-up adds 100% of the running pods or 4, whichever is more: a fleet of 8 TP4 pods
+    meeting a 3x step took 8 -> 12 -> 14 -> 16 over 150 s before (the 2-hour spike, seed 5), each late pod a
+    whole model load late. A scale-down is still bounded by the step."""
+    default = replace(RAILS, max_step_replicas=4, scale_up_share=1.0)
+    p = plan(request(12.0), fresh(12.0), NOW)
+    assert p.layout is not None and p.layout.replicas > 12
+    d = decide(p, PlannerState(applied=Layout(4, 8, 6)), fresh(12.0), default, NOW)
+    assert d.action is Action.SCALE_UP and d.target == Layout(4, 8, 12)
+    assert d.message.startswith("6 -> 12 replica(s) (max step 6;")
+    small = decide(p, PlannerState(applied=Layout(4, 8, 2)), fresh(12.0), default, NOW)
+    assert small.target == Layout(4, 8, 6)  # 4 pods, more than 100% of 2
+    set_step = decide(p, PlannerState(applied=Layout(4, 8, 6)), fresh(12.0), replace(default, scale_up_share=0.0),
+                      NOW)
+    assert set_step.target == Layout(4, 8, 10) and "(max step 4;" in set_step.message
+    state = PlannerState(applied=Layout(4, 8, 20), recent_recommendations=((NOW - 1000, 20),))
+    down = decide(plan(request(1.0), fresh(1.0), NOW), state, fresh(1.0), default, NOW)
+    assert down.action is Action.SCALE_DOWN and down.target == Layout(4, 8, 16)
 
 
 def test_scale_down_waits_for_stabilisation_and_its_cooldown():

@@ -122,7 +122,8 @@ HYSTERESIS_DESCRIPTION = (
 MAX_REPLICA_STEP_DESCRIPTION = (
     "Most replicas one decision adds or removes; a larger change takes several decisions, each behind its "
     f"cooldown. A re-layout is not bound by it. At most {REPLICAS_MAX}, the most replicas a resource runs. "
-    "Default 4.")
+    "Unset: 4 down, and up 4 or as many as run, whichever is more (the HorizontalPodAutoscaler's default "
+    "scale-up), since a replica ordered a decision late serves a whole model load late.")
 STALE_AFTER_DESCRIPTION = (
     "Metrics whose newest sample is older than this hold every decision (MetricsStale). Default 2m. 0s..24h. "
     + DURATION_FORMAT)

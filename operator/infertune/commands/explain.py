@@ -166,6 +166,7 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
     lines.append(f"headroom:     burst headroom {headroom}% holds {gpus} GPU(s): {gpus} GPU-hours an hour, "
                  f"{24 * gpus} a day (spec.tuning.burstHeadroomPercent); the recent bursts are held to their "
                  f"{percentile} (spec.tuning.burstPercentile)")
+    lines.append(_scale_up_line(resolved))
     lines.append(_scale_down_line(resolved))
     target = the_plan.layout
     if current is not None and target is not None and not current.same_shape(target):
@@ -175,6 +176,20 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
                                          f"does not fit the pool's {resolved.request.pool_gpus} GPUs beside the "
                                          f"pods that run, even one new pod at a time"))
     return lines
+
+
+def _scale_up_line(resolved: Resolved) -> str:
+    """How fast replicas come: the step one decision takes (HPA's default unless the resource sets one) and
+    the cooldown between scale-ups."""
+    rails = resolved.request.guardrails
+    cooldown = (f"{format_duration(rails.scale_up_cooldown_s)} after the last scale-up "
+                "(spec.tuning.cooldowns.scaleUp)")
+    if rails.scale_up_share > 0:
+        return (f"scale-up:     adds at most {rails.max_step_replicas} replica(s) or {rails.scale_up_share:.0%} of "
+                f"those that run, whichever is more (HPA's default; spec.tuning.maxReplicaStep sets a bound both "
+                f"ways), {cooldown}")
+    return (f"scale-up:     adds at most {rails.max_step_replicas} replica(s) a decision "
+            f"(spec.tuning.maxReplicaStep), {cooldown}")
 
 
 def _scale_down_line(resolved: Resolved) -> str:

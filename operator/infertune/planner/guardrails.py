@@ -9,6 +9,7 @@ and what every check reads (`CheckContext`) in `planner/checks.py`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -218,8 +219,13 @@ def _rolled(ctx: CheckContext, proposed: Layout) -> tuple[Layout, str]:
                             f"needs serve until new ones are ready (the extra ones go once the rollout is over)")
 
 
-def _bounded_step(applied: Layout, proposed: Layout, max_step: int) -> Layout:
-    delta = max(-max_step, min(max_step, proposed.replicas - applied.replicas))
+def scale_up_step(applied: Layout, rails: Guardrails) -> int:
+    """The most replicas one scale-up adds: the step, or the running count's share when that is more."""
+    return max(rails.max_step_replicas, math.ceil(applied.replicas * rails.scale_up_share))
+
+
+def _bounded_step(applied: Layout, proposed: Layout, rails: Guardrails) -> Layout:
+    delta = max(-rails.max_step_replicas, min(scale_up_step(applied, rails), proposed.replicas - applied.replicas))
     return replace(proposed, replicas=applied.replicas + delta)
 
 
@@ -250,7 +256,7 @@ def _act(ctx: CheckContext, checks: list[Check]) -> Decision:
                             ctx.now, ctx.rollout)
         return Decision(Action.RELAYOUT, target, proposed, DecisionReason.CURRENT_LAYOUT_UNSAFE, message,
                         tuple(checks), ctx.now, ctx.rollout, unsafe_at_tokens=working_set_level(ctx.observation))
-    target = _bounded_step(applied, proposed, rails.max_step_replicas)
+    target = _bounded_step(applied, proposed, rails)
     surge = None
     if ctx.state.rolling_out and target.replicas > applied.replicas:
         target = replace(target, replicas=min(target.replicas, rollout_room(ctx, target)))
@@ -263,7 +269,8 @@ def _act(ctx: CheckContext, checks: list[Check]) -> Decision:
         action, reason = Action.SCALE_DOWN, DecisionReason.DEMAND_FALLING
     message = f"{applied.replicas} -> {target.replicas} replica(s)"
     if limited:
-        message += f" (max step {rails.max_step_replicas}; the plan wants {proposed.replicas})"
+        step = scale_up_step(applied, rails) if proposed.replicas > applied.replicas else rails.max_step_replicas
+        message += f" (max step {step}; the plan wants {proposed.replicas})"
     elif proposed.replicas > wanted.replicas:
         message += (f" (demand wants {wanted.replicas}; {proposed.replicas} were recommended within the last "
                     f"{stabilization_window(rails):.0f} s)")

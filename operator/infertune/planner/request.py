@@ -150,6 +150,7 @@ def _guardrails(spec: InferenceDeploymentSpec) -> Guardrails:
                                             "spec.tuning.cooldowns.scaleDownStabilization",
                                             base.scale_down_stabilization_s),
         max_step_replicas=t.max_replica_step or base.max_step_replicas,
+        scale_up_share=base.scale_up_share if t.max_replica_step is None else 0.0,
         hysteresis=base.hysteresis if t.hysteresis_percent is None else t.hysteresis_percent / 100,
         model_load_seconds=float(spec.engine.startup_seconds),
         stale_after_s=_seconds(t.stale_after, "spec.tuning.staleAfter", base.stale_after_s),

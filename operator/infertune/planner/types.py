@@ -31,6 +31,11 @@ class Guardrails:
     # Scale down only to the highest replica count recommended within this window (HPA's rule).
     scale_down_stabilization_s: float = 300.0
     max_step_replicas: int = 4
+    # A scale-up may instead add this share of the running count, when that is more: HPA's default scale-up
+    # (100% or 4 pods, whichever is more). With a model load of minutes a pod ordered a decision late serves
+    # that much later, while one ordered too early is released by the scale-down window. 0 when the user
+    # set a step, which then bounds both ways.
+    scale_up_share: float = 1.0
     # Ignore replica changes smaller than this fraction of the current count (and < 1 replica).
     hysteresis: float = 0.10
     # A re-layout must save more over this horizon than the restart costs.
