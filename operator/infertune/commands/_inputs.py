@@ -260,9 +260,9 @@ def parse_int_list(value: str, flag: str, high: int | None = None) -> tuple[int,
     # int() also takes other scripts' digits and skipped items were dropped ("1,,2"): a list that is not
     # plainly written is a typo or a paste, not a list to guess at (nor "+-4", which int() refuses).
     written = [plain_number(v, integer=True) for v in value.split(",")]
-    if any(v is None for v in written):
+    items = tuple(int(v) for v in written if v is not None)
+    if len(items) != len(written):
         raise UserError(f"{flag}: expected comma-separated integers, got {value!r}")
-    items = tuple(int(v or 0) for v in written)
     if not items or any(v <= 0 for v in items):
         raise UserError(f"{flag}: expected positive integers, got {value!r}")
     if high is not None and max(items) > high:
@@ -322,9 +322,10 @@ def _sample_rows(path: str, reader: csv.DictReader[str]) -> tuple[list[float], l
         row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
         cells = [plain_number(row["batch"]), plain_number(row["per_pass_ms"]),
                  plain_number(row["context_tokens"]) if has_context and row.get("context_tokens") else 0.0]
-        if any(cell is None for cell in cells):  # `1_0` or another script's digits: a paste, not a sample
+        numbers = [float(cell) for cell in cells if cell is not None]
+        if len(numbers) != len(cells):  # `1_0` or another script's digits: a paste, not a sample
             raise UserError(f"{path}: line {line}: not a number in {_shown_row(row)}")
-        batch, per_pass, context = (float(cell or 0.0) for cell in cells)
+        batch, per_pass, context = numbers
         if not all(math.isfinite(v) for v in (batch, per_pass, context)) or not (
                 SAMPLE_BATCH_MIN <= batch <= SAMPLE_BATCH_MAX
                 and SAMPLE_PASS_MS_MIN <= per_pass <= SAMPLE_PASS_MS_MAX and 0 <= context <= SAMPLE_CONTEXT_MAX):
