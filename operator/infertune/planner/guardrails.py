@@ -219,13 +219,17 @@ def _rolled(ctx: CheckContext, proposed: Layout) -> tuple[Layout, str]:
                             f"needs serve until new ones are ready (the extra ones go once the rollout is over)")
 
 
-def scale_up_step(applied: Layout, rails: Guardrails) -> int:
-    """The most replicas one scale-up adds: the step, or the running count's share when that is more."""
-    return max(rails.max_step_replicas, math.ceil(applied.replicas * rails.scale_up_share))
+def _max_step(applied: Layout, proposed: Layout, rails: Guardrails) -> int:
+    """The most replicas one decision moves towards `proposed`: a scale-up the step, or the running count's
+    share when that is more; a scale-down the step."""
+    if proposed.replicas > applied.replicas:
+        return max(rails.max_step_replicas, math.ceil(applied.replicas * rails.scale_up_share))
+    return rails.max_step_replicas
 
 
 def _bounded_step(applied: Layout, proposed: Layout, rails: Guardrails) -> Layout:
-    delta = max(-rails.max_step_replicas, min(scale_up_step(applied, rails), proposed.replicas - applied.replicas))
+    step = _max_step(applied, proposed, rails)
+    delta = max(-step, min(step, proposed.replicas - applied.replicas))
     return replace(proposed, replicas=applied.replicas + delta)
 
 
@@ -269,8 +273,7 @@ def _act(ctx: CheckContext, checks: list[Check]) -> Decision:
         action, reason = Action.SCALE_DOWN, DecisionReason.DEMAND_FALLING
     message = f"{applied.replicas} -> {target.replicas} replica(s)"
     if limited:
-        step = scale_up_step(applied, rails) if proposed.replicas > applied.replicas else rails.max_step_replicas
-        message += f" (max step {step}; the plan wants {proposed.replicas})"
+        message += f" (max step {_max_step(applied, proposed, rails)}; the plan wants {proposed.replicas})"
     elif proposed.replicas > wanted.replicas:
         message += (f" (demand wants {wanted.replicas}; {proposed.replicas} were recommended within the last "
                     f"{stabilization_window(rails):.0f} s)")
