@@ -1,4 +1,4 @@
-"""The pods source: deltas between polls, and each fault a user would see from scraping pods directly."""
+"""The pods source: rates over the window of polls, and each fault a user would see from scraping pods directly."""
 
 from __future__ import annotations
 
@@ -82,6 +82,77 @@ def test_counter_reset_is_reported_then_clears(payload_servers) -> None:
     source.close()
 
 
+def _replayed(payloads: list[EnginePayload], clock: Clock, **kw: object) -> PodsSource:
+    """A pods source over `payloads` without HTTP (the lab's replay path): the window's arithmetic alone."""
+    targets = [PodTarget("ns", "chat", f"pod-{i}", f"http://pod-{i}:8000/metrics") for i in range(len(payloads))]
+    return PodsSource(targets, clock=clock, fetch=lambda t: payloads[int(t.pod.split("-")[1])].text(),
+                      **kw)  # type: ignore[arg-type]
+
+
+def _serve(payloads: list[EnginePayload], clock: Clock, source: PodsSource, seconds: float, **traffic: float):
+    for p in payloads:
+        p.advance(seconds, **traffic)
+    clock.t += seconds
+    return source.poll().get(*KEY)
+
+
+def test_rates_are_read_over_the_last_minute_of_polls_as_prometheus_rate_reads_them() -> None:
+    """A burst is read as the chart's Prometheus reads rate(...[1m]) and not as one poll's delta, so a
+    resource is sized on the same figures whichever source it names."""
+    payloads, clock = [EnginePayload(running=4)], Clock()
+    source = _replayed(payloads, clock)
+    source.poll()
+    for _ in range(4):  # a minute at 1 req/s, polled every 15 s
+        obs = _serve(payloads, clock, source, 15, rps=1.0)
+    assert obs.arrival_rate == pytest.approx(1.0)
+    burst = _serve(payloads, clock, source, 15, rps=5.0)
+    assert burst.arrival_rate == pytest.approx((45 * 1.0 + 15 * 5.0) / 60)  # 2.0: the minute, not the poll's 5.0
+    for _ in range(3):
+        obs = _serve(payloads, clock, source, 15, rps=5.0)
+    assert obs.arrival_rate == pytest.approx(5.0)  # a minute later the window holds the burst alone
+    # A window of one poll reads each poll's own delta.
+    one_poll = _replayed(payloads, clock, window_seconds=15.0)
+    one_poll.poll()
+    assert _serve(payloads, clock, one_poll, 15, rps=2.0).arrival_rate == pytest.approx(2.0)
+
+
+def test_the_fit_takes_each_polls_own_stretch_inside_the_window() -> None:
+    """Fit samples do not overlap (as Prometheus' history is read in windows that do not): a batch of 4
+    then one of 12 are two samples at 4 and 12, not a blend of the minute."""
+    payloads, clock = [EnginePayload(running=4)], Clock()
+    source = _replayed(payloads, clock)
+    source.poll()
+    _serve(payloads, clock, source, 15, itl_s=0.02)
+    payloads[0].running = 12
+    obs = _serve(payloads, clock, source, 15, itl_s=0.03)
+    assert [(b, s) for b, s, _ in obs.fit_samples] == [(pytest.approx(12.0), pytest.approx(0.03))]
+    # The planner's figures are the window's: 3,000 tokens at 20 ms, then 6,000 at 30 ms.
+    assert obs.mean_inter_token_seconds == pytest.approx((3000 * 0.02 + 6000 * 0.03) / 9000)
+
+
+def test_a_restart_inside_the_window_is_a_reset_even_when_its_counters_regrew() -> None:
+    """An engine that restarted and counted past its old figures inside the window is still a reset: the
+    last poll saw it go backwards. The minute before the restart starts no rate after it."""
+    payloads, clock = [EnginePayload(running=4)], Clock()
+    source = _replayed(payloads, clock)
+    source.poll()
+    _serve(payloads, clock, source, 15, rps=1.0)
+    payloads[0] = EnginePayload(running=4)  # restarted: counters from zero
+    obs = _serve(payloads, clock, source, 15, rps=0.1)
+    assert obs.fault is MetricsFault.COUNTER_RESET and not obs.available
+    payloads[0].advance(15, rps=10.0)  # regrows past the counts before the restart
+    clock.t += 15
+    obs = source.poll().get(*KEY)
+    assert obs.available, obs.message
+    assert obs.arrival_rate == pytest.approx((15 * 10.0) / 15)  # read from the restart on, not across it
+
+
+def test_a_window_that_is_not_a_positive_number_is_refused() -> None:
+    for bad in (0.0, -60.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="window_seconds"):
+            PodsSource([], window_seconds=bad)
+
+
 def test_one_pod_scraped_twice_is_a_duplicate(payload_servers) -> None:
     _, servers = _fleet(payload_servers, 1)
     targets = [PodTarget.parse(f"ns/chat/pod-0={servers[0].address}")] * 2
@@ -158,3 +229,12 @@ def test_preempting_window_gives_no_fit_sample(payload_servers) -> None:
 def test_bad_targets_are_one_line_errors(text: str) -> None:
     with pytest.raises(UserError, match="target"):
         PodTarget.parse(text)
+
+
+def test_the_operators_metrics_window_reaches_a_pods_source() -> None:
+    """`run --metrics-window 2m` reads a Pods resource over 2 minutes, as it reads a Prometheus one."""
+    from infertune.controller.sources import SourceRegistry, SourceSpec
+
+    source = SourceRegistry(None, window="2m").get(SourceSpec("Pods"))  # type: ignore[arg-type]
+    assert isinstance(source, PodsSource) and source.window_seconds == 120.0
+    assert SourceRegistry(None).get(SourceSpec("Pods")).window_seconds == 60.0  # type: ignore[arg-type, attr-defined]

@@ -28,7 +28,9 @@ class Fleet:
         running = world.running()
         assert running is not None
         self.payloads = {f"kimi-k2-{i}": EnginePayload(running=4, kv_usage=0.4) for i in range(running.replicas)}
-        self.source = PodsSource([], clock=world.clock, fetch=lambda t: self.payloads[t.pod].text())
+        # Each poll read on its own (a window of one poll): these tests step the traffic poll by poll.
+        self.source = PodsSource([], clock=world.clock, fetch=lambda t: self.payloads[t.pod].text(),
+                                 window_seconds=POLL)
         self.source.set_targets([PodTarget(*KEY, pod, f"http://{pod}:8000/metrics") for pod in self.payloads])
 
     def poll(self) -> Observation | None:

@@ -236,6 +236,8 @@ class Infertune:
                 return read_samples(samples(ReplicaView.of(fleet.replicas[target.pod].engine)))
 
             origin = actuator.origin
+            # Rates over the operator's default window (--metrics-window 1m), as the example resource's
+            # Prometheus reads them: the bench sizes on the reading a deployment is sized on.
             self._source = PodsSource([], clock=lambda: EPOCH + fleet.now - origin, fetch=fetch, workers=1)
         ready = [r for r in actuator.serving() if actuator.ready(r)]
         namespace, name = self.key

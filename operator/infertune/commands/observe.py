@@ -44,7 +44,8 @@ def register(sub: Any) -> None:
     p.add_argument("--targets", help="host:port[,...] or ns/deployment/pod=host:port (--source pods)")
     p.add_argument("--namespace", help="only this namespace (pods: the namespace of --targets)")
     p.add_argument("--deployment", help="only this deployment (pods: the deployment of --targets)")
-    p.add_argument("--window", default="1m", help="rate window, a Prometheus duration (default 1m)")
+    p.add_argument("--window", default="1m",
+                   help="rate window, a Prometheus duration (default 1m); with pods, the span of polls read over")
     p.add_argument("--interval", type=number(0, 3600), default=5.0,
                    help="pods: seconds between the two scrapes rates come from (0: gauges only)")
     p.add_argument("--fit-history", default="30m",
@@ -115,7 +116,7 @@ def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
                for t in (args.targets or "").split(",") if t.strip()]
     if not targets:  # "," or " " named none, and an empty fleet would read as "ok"
         raise UserError(f"--targets: at least one host:port is required with --source pods, got {args.targets!r}")
-    return PodsSource(targets, timeout=args.timeout)
+    return PodsSource(targets, timeout=args.timeout, window_seconds=_seconds(args.window, "--window"))
 
 
 def _check_ca(path: str) -> None:

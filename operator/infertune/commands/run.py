@@ -57,7 +57,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--cycle-seconds", type=written_number(), default=30.0, help="tuning timer interval")
     parser.add_argument("--poll-seconds", type=written_number(), default=15.0, help="metrics poll interval")
     parser.add_argument("--metrics-window", default="1m",
-                        help="PromQL range for rates and quantiles (at least 4x Prometheus' scrape interval)")
+                        help="the span rates and quantiles are read over: the PromQL range (at least 4x "
+                             "Prometheus' scrape interval), and for Pods sources the span of polls")
     parser.add_argument("--metrics-port", type=number(integer=True), default=9090,
                         help="the operator's own /metrics (0: off)")
     parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")

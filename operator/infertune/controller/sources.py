@@ -26,6 +26,7 @@ from infertune.errors import ApiError, SourceError
 from infertune.observe import PrometheusSource
 from infertune.observe.http import AllowList, UrlError, origin, source_url
 from infertune.observe.pods import PodsSource, PodTarget, pod_metrics_url
+from infertune.observe.promql import range_seconds
 from infertune.observe.snapshot import MetricsSource
 
 Key = tuple[str, str]
@@ -157,7 +158,8 @@ class SourceRegistry:
         """The source for `spec`; raises SourceUnavailable when it cannot be built. Blocking (it reads
         Secrets through the API): the poller calls it off the event loop."""
         if spec.kind == "Pods":
-            return self._cached(spec, "", lambda: PodsSource([], timeout=spec.timeout))
+            return self._cached(spec, "", lambda: PodsSource([], timeout=spec.timeout,
+                                                             window_seconds=range_seconds(self.window)))
         if spec.url is None:
             if self.default is None:
                 raise SourceUnavailable(MetricsFault.NOT_CONFIGURED,

@@ -1,8 +1,12 @@
 """The pods source: scrape each ready pod's `/metrics` directly, no Prometheus in between.
 
-Rates are deltas between this poll and the previous one of the same pod, so the first poll of a
-pod has gauges but no rates (None, not zero). A counter that went backwards is a reset (the engine
-restarted): that pod's rates are withheld for the poll and the deployment reports CounterReset.
+Rates are read over the last `window_seconds` of a pod's scrapes (60 s, as the chart's Prometheus
+reads `rate(...[1m])`): from the oldest scrape kept within the window to this one. The same window on
+both sources means a resource is sized on the same reading whichever it names, and the benchmark,
+which drives this source, measures what a Prometheus-backed operator does. The first poll of a pod has
+gauges but no rates (None, not zero). A counter that went backwards is a reset (the engine
+restarted): that pod's rates are withheld for the poll, its kept scrapes are dropped, and the
+deployment reports CounterReset.
 Scrapes go through `observe/http.py`: all pods at once (a few in flight), each within one total
 deadline and a size cap, so one slow pod costs its own figures, not the poll.
 """
@@ -11,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +25,7 @@ import yarl
 
 from infertune.api.observation import MetricsFault, Observation
 from infertune.errors import UserError
-from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted
+from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted, fit_samples
 from infertune.observe.http import Client, FetchFailed, MiB, UrlError, run, source_url
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
@@ -28,6 +33,11 @@ from infertune.observe.textformat import PayloadError, Reading, parse_payload
 
 # vLLM's /metrics is ~100 KiB; a payload of this size is not an engine's.
 MAX_PAYLOAD_BYTES = 4 * MiB
+
+# The operator's --metrics-window default (1m), in seconds.
+DEFAULT_WINDOW_SECONDS = 60.0
+# A scrape taken a hair more than the window ago (clock jitter) still opens it, as the poll meant it to.
+_WINDOW_SLACK_SECONDS = 1e-6
 
 
 def pod_metrics_url(address: str, port: int) -> str:
@@ -105,29 +115,50 @@ def _delta_rates(prev: _Scrape, cur: _Scrape) -> tuple[dict[str, float], dict[fl
 
 
 class PodsSource:
-    """`MetricsSource` that scrapes pods itself. Keeps the previous scrape of each pod for rates."""
+    """`MetricsSource` that scrapes pods itself. Keeps each pod's scrapes of the last window for rates."""
 
     name = "pods"
 
     def __init__(self, targets: Sequence[PodTarget], *, timeout: float = 5.0, stale_after: float = 120.0,
                  workers: int = 16, clock: Callable[[], float] = time.time,
-                 fetch: Callable[[PodTarget], str | Reading] | None = None) -> None:
+                 fetch: Callable[[PodTarget], str | Reading] | None = None,
+                 window_seconds: float = DEFAULT_WINDOW_SECONDS) -> None:
         """`fetch` replaces the HTTP GET, for replaying exporters in virtual time: it returns the payload
         text, or a `Reading` already made by `read_samples` from samples the caller holds (the parsing
-        then is skipped, and everything after it, deltas and faults, is the same)."""
+        then is skipped, and everything after it, deltas and faults, is the same). `window_seconds` is
+        the span rates are read over; one poll interval or less reads each poll's own delta."""
+        if not (window_seconds > 0 and math.isfinite(window_seconds)):
+            raise ValueError(f"window_seconds must be a positive number of seconds, got {window_seconds!r}")
+        self.window_seconds = window_seconds
         self.targets = list(targets)
         self.fetch = fetch
         self.timeout = timeout
         self.stale_after = stale_after
         self.clock = clock
         self.http = Client(timeout=timeout, max_bytes=MAX_PAYLOAD_BYTES, limit=max(1, workers))
-        self._previous: dict[tuple[str, str, str], _Scrape] = {}
+        # Each pod's scrapes with a reading, oldest first, none older than the window before the newest.
+        self._kept: dict[tuple[str, str, str], deque[_Scrape]] = {}
 
     def set_targets(self, targets: Sequence[PodTarget]) -> None:
-        """The controller's list of ready pods; forgotten pods lose their previous scrape."""
+        """The controller's list of ready pods; forgotten pods lose their kept scrapes."""
         self.targets = list(targets)
         live = {(t.namespace, t.deployment, t.pod) for t in self.targets}
-        self._previous = {k: v for k, v in self._previous.items() if k in live}
+        self._kept = {k: v for k, v in self._kept.items() if k in live}
+
+    def _within_window(self, ident: tuple[str, str, str], at: float) -> list[_Scrape]:
+        """The pod's kept scrapes taken within the window before `at`, oldest first."""
+        return [s for s in self._kept.get(ident, ())
+                if 0 < at - s.time <= self.window_seconds + _WINDOW_SLACK_SECONDS]
+
+    def _keep(self, scrape: _Scrape, reset: bool) -> None:
+        ident = (scrape.target.namespace, scrape.target.deployment, scrape.target.pod)
+        kept = self._kept.setdefault(ident, deque())
+        if reset:
+            # Counts from before the restart cannot start a rate after it.
+            kept.clear()
+        kept.append(scrape)
+        while scrape.time - kept[0].time > self.window_seconds + _WINDOW_SLACK_SECONDS:
+            kept.popleft()
 
     def close(self) -> None:
         """Nothing to do from synchronous code: `poll` closes the session it opens, the poller its own."""
@@ -173,22 +204,33 @@ class PodsSource:
         scrapes = list(await asyncio.gather(*(self._scrape(t) for t in self.targets)))
         return self._assemble(scrapes, expected, at)
 
-    def _figures(self, scrape: _Scrape, copies: int) -> tuple[PodFigures, dict[float, float] | None]:
+    def _figures(self, scrape: _Scrape, copies: int) -> tuple[PodFigures, PodFigures, dict[float, float] | None]:
+        """The pod's figures over the window, the same over this poll alone (for the fit), and the window's
+        TTFT bucket rates (None when it has none to add to the deployment's)."""
         reading = scrape.reading
         assert reading is not None
         ident = (scrape.target.namespace, scrape.target.deployment, scrape.target.pod)
-        prev = self._previous.get(ident)
+        within = self._within_window(ident, scrape.time)
         rates: dict[str, float] = {}
+        poll_rates: dict[str, float] = {}
         buckets: dict[float, float] | None = None
         reset = False
-        if prev is not None and prev.reading is not None and scrape.time > prev.time:
-            rates, buckets, reset = _delta_rates(prev, scrape)
+        if within:
+            rates, buckets, reset = _delta_rates(within[0], scrape)
+            poll_rates = rates
+            if len(within) > 1:
+                # A restart and regrowth since the window opened shows only against the last poll.
+                poll_rates, _, poll_reset = _delta_rates(within[-1], scrape)
+                reset = reset or poll_reset
+            if reset:
+                rates, poll_rates, buckets = {}, {}, None
         fig = PodFigures(
             pod=scrape.target.pod, dialect=reading.dialect, sample_time=scrape.time, gauges=reading.gauges,
             rates=rates, ttft=quantiles(buckets or {}),
             capacity_tokens=reading.capacity_tokens,
             series_count=copies if not reading.duplicate else max(copies, 2), counter_reset=reset)
-        return fig, (buckets if buckets and not reset else None)
+        self._keep(scrape, reset)
+        return fig, dataclasses.replace(fig, rates=poll_rates), (buckets or None)
 
     def _assemble(self, scrapes: list[_Scrape], expected: Mapping[DeploymentKey, Expected] | None,
                   at: float) -> Snapshot:
@@ -202,9 +244,6 @@ class PodsSource:
         observations: dict[DeploymentKey, Observation] = {}
         for key in set(by_key) | set(expected):
             observations[key] = self._observe(key, by_key.get(key, []), expected.get(key), copies, at)
-        for s in scrapes:
-            if s.reading is not None:
-                self._previous[(s.target.namespace, s.target.deployment, s.target.pod)] = s
         return Snapshot(time=at, observations=observations, queries=len(self.targets), source=self.name)
 
     def _observe(self, key: DeploymentKey, scrapes: list[_Scrape], expected: Expected | None,
@@ -214,11 +253,13 @@ class PodsSource:
         if scrapes and not ok:
             return faulted(key, failed[0].fault, "; ".join(s.message for s in failed[:3]), at)
         figs: list[PodFigures] = []
+        poll_figs: list[PodFigures] = []
         merged: dict[float, float] = defaultdict(float)
         complete = True
         for s in ok:
-            fig, buckets = self._figures(s, copies[(key[0], key[1], s.target.pod)])
+            fig, poll_fig, buckets = self._figures(s, copies[(key[0], key[1], s.target.pod)])
             figs.append(fig)
+            poll_figs.append(poll_fig)
             if buckets is None:
                 complete = False
             else:
@@ -227,6 +268,10 @@ class PodsSource:
         pods = {s.target.pod for s in scrapes} | set(expected.pods if expected and expected.pods else ())
         want = dataclasses.replace(expected or Expected(), pods=frozenset(pods))
         obs = build_observation(key, figs, want, at, self.stale_after, quantiles(merged) if complete else {})
+        # The fit takes each poll's own stretch, as it takes Prometheus' history in windows that do not
+        # overlap: overlapping windows would count each stretch of traffic several times and average
+        # away the spread of batches the line is fitted across.
+        obs = dataclasses.replace(obs, fit_samples=fit_samples(poll_figs))
         if failed and obs.fault is MetricsFault.PARTIAL:
             why = "; ".join(s.message for s in failed[:3])
             obs = dataclasses.replace(obs, message=f"{obs.message} ({why})")
