@@ -29,6 +29,7 @@ class Scene:
     payloads: dict[str, EnginePayload]
     servers: dict[str, PayloadServer]
     lock: threading.Lock
+    rps: dict[str, float]  # a pod's requests a second; 2.0 when not named
 
 
 SCENARIO = {  # deployment -> pods (pod name, dialect)
@@ -39,6 +40,7 @@ SCENARIO = {  # deployment -> pods (pod name, dialect)
     "dup": [("dup-0", "vllm")],
     "reset": [("reset-0", "vllm")],
     "partial": [("partial-0", "vllm"), ("partial-1", "vllm")],
+    "step": [("step-0", "vllm")],
 }
 
 
@@ -46,6 +48,7 @@ SCENARIO = {  # deployment -> pods (pod name, dialect)
 def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
     payloads, servers, targets = {}, {}, []
     lock = threading.Lock()
+    rps: dict[str, float] = {}
     for dep, pods in SCENARIO.items():
         for i, (pod, dialect) in enumerate(pods):
             payloads[pod] = EnginePayload(dialect=dialect, running=4 + 4 * i, kv_usage=0.25 + 0.25 * i,
@@ -70,8 +73,8 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
         while not stop.wait(0.25):
             now = time.monotonic()
             with lock:
-                for p in payloads.values():
-                    p.advance(now - last, rps=2.0, ttft_s=0.7, itl_s=0.025)
+                for pod, p in payloads.items():
+                    p.advance(now - last, rps=rps.get(pod, 2.0), ttft_s=0.7, itl_s=0.025)
             last = now
 
     ticker = threading.Thread(target=tick, daemon=True)
@@ -79,7 +82,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
     prom = PrometheusProcess(tmp_path_factory.mktemp("prom"), targets).start()
     try:
         prom.wait_for_samples('vllm:num_requests_running{deployment="healthy"}', 10, timeout=60)
-        yield Scene(prom, payloads, servers, lock)
+        yield Scene(prom, payloads, servers, lock, rps)
     finally:
         stop.set()
         prom.stop()
@@ -114,6 +117,20 @@ def test_healthy_deployment_is_read_per_replica_and_aggregated(scene: Scene) -> 
     # The context behind each sample: KV use x the 80K-token pool / running (0.25 x 80K / 4, 0.5 x 80K / 8).
     assert [c for _, _, c in sorted(obs.fit_samples)] == [pytest.approx(5000), pytest.approx(5000)]
     assert time.time() - obs.sample_time < 5
+
+
+def test_a_step_in_arrivals_is_read_at_the_last_scrape_and_the_shape_over_the_window(scene: Scene) -> None:
+    """irate() for the arrival: a step shows at the next scrape, where rate() over the window would read a
+    quarter of it; completions, and the request's shape, stay over the window."""
+    with scene.lock:
+        scene.rps["step-0"] = 20.0
+    time.sleep(2.5)  # two scrapes at the new rate
+    obs = _poll(scene)["step"]
+    with scene.lock:
+        scene.rps["step-0"] = 2.0
+    assert obs.available, obs.message
+    assert obs.arrival_rate == pytest.approx(20.0, rel=0.25)
+    assert obs.completion_rate is not None and obs.completion_rate < 0.75 * obs.arrival_rate
 
 
 @pytest.mark.parametrize(("dep", "dialect"), [("legacy", "vllm-legacy"), ("sglang", "sglang")])

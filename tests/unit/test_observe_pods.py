@@ -97,23 +97,26 @@ def _serve(payloads: list[EnginePayload], clock: Clock, source: PodsSource, seco
 
 
 def test_rates_are_read_over_the_last_minute_of_polls_as_prometheus_rate_reads_them() -> None:
-    """A burst is read as the chart's Prometheus reads rate(...[1m]) and not as one poll's delta, so a
-    resource is sized on the same figures whichever source it names."""
+    """A burst is read as the chart's Prometheus reads it, so a resource is sized on the same figures
+    whichever source it names: the request's shape over the minute, as rate(...[1m]); the arrival over
+    the last poll, as irate(...[1m]), where a step shows at once."""
     payloads, clock = [EnginePayload(running=4)], Clock()
     source = _replayed(payloads, clock)
     source.poll()
-    for _ in range(4):  # a minute at 1 req/s, polled every 15 s
-        obs = _serve(payloads, clock, source, 15, rps=1.0)
-    assert obs.arrival_rate == pytest.approx(1.0)
-    burst = _serve(payloads, clock, source, 15, rps=5.0)
-    assert burst.arrival_rate == pytest.approx((45 * 1.0 + 15 * 5.0) / 60)  # 2.0: the minute, not the poll's 5.0
+    for _ in range(4):  # a minute at 1 req/s of 2,000-token prompts, polled every 15 s
+        obs = _serve(payloads, clock, source, 15, rps=1.0, prompt=2000)
+    assert obs.arrival_rate == pytest.approx(1.0) and obs.completion_rate == pytest.approx(1.0)
+    burst = _serve(payloads, clock, source, 15, rps=5.0, prompt=8000)
+    assert burst.arrival_rate == pytest.approx(5.0)  # the last poll
+    assert burst.completion_rate == pytest.approx((45 * 1.0 + 15 * 5.0) / 60)  # 2.0: the minute
+    assert burst.mean_prompt_tokens == pytest.approx((45 * 2000 + 75 * 8000) / 120)  # the minute's 120 requests
     for _ in range(3):
-        obs = _serve(payloads, clock, source, 15, rps=5.0)
-    assert obs.arrival_rate == pytest.approx(5.0)  # a minute later the window holds the burst alone
+        obs = _serve(payloads, clock, source, 15, rps=5.0, prompt=8000)
+    assert obs.completion_rate == pytest.approx(5.0) and obs.mean_prompt_tokens == pytest.approx(8000)
     # A window of one poll reads each poll's own delta.
     one_poll = _replayed(payloads, clock, window_seconds=15.0)
     one_poll.poll()
-    assert _serve(payloads, clock, one_poll, 15, rps=2.0).arrival_rate == pytest.approx(2.0)
+    assert _serve(payloads, clock, one_poll, 15, rps=2.0).completion_rate == pytest.approx(2.0)
 
 
 def test_the_fit_takes_each_polls_own_stretch_inside_the_window() -> None:
@@ -144,7 +147,7 @@ def test_a_restart_inside_the_window_is_a_reset_even_when_its_counters_regrew() 
     clock.t += 15
     obs = source.poll().get(*KEY)
     assert obs.available, obs.message
-    assert obs.arrival_rate == pytest.approx((15 * 10.0) / 15)  # read from the restart on, not across it
+    assert obs.completion_rate == pytest.approx(10.0)  # read from the restart on, not across it
 
 
 def test_a_window_that_is_not_a_positive_number_is_refused() -> None:

@@ -1,7 +1,8 @@
 """The pods source: scrape each ready pod's `/metrics` directly, no Prometheus in between.
 
 Rates are read over the last `window_seconds` of a pod's scrapes (60 s, as the chart's Prometheus
-reads `rate(...[1m])`): from the oldest scrape kept within the window to this one. The same window on
+reads `rate(...[1m])`): from the oldest scrape kept within the window to this one. The arrival rate
+alone is read over the last poll, as Prometheus' `irate()` reads it (`READ_OVER_ONE_SCRAPE`). The same window on
 both sources means a resource is sized on the same reading whichever it names, and the benchmark,
 which drives this source, measures what a Prometheus-backed operator does. The first poll of a pod has
 gauges but no rates (None, not zero). A counter that went backwards is a reset (the engine
@@ -25,6 +26,7 @@ import yarl
 
 from infertune.api.observation import MetricsFault, Observation
 from infertune.errors import UserError
+from infertune.observe.dialects import READ_OVER_ONE_SCRAPE
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted, fit_samples
 from infertune.observe.http import Client, FetchFailed, MiB, UrlError, run, source_url
 from infertune.observe.quantile import quantiles
@@ -224,6 +226,8 @@ class PodsSource:
                 reset = reset or poll_reset
             if reset:
                 rates, poll_rates, buckets = {}, {}, None
+            else:
+                rates = {**rates, **{key: poll_rates[key] for key in READ_OVER_ONE_SCRAPE if key in poll_rates}}
         fig = PodFigures(
             pod=scrape.target.pod, dialect=reading.dialect, sample_time=scrape.time, gauges=reading.gauges,
             rates=rates, ttft=quantiles(buckets or {}),

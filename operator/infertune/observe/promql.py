@@ -119,11 +119,14 @@ def poll_queries(window: str, labels: Labels = Labels(), namespace: str | None =
         Query("resets", _any_reset(window, g, sel)),
     ]
     rate = f"sum by ({g}) (rate({{sel}}[{window}]))"
+    last_scrape = f"sum by ({g}) (irate({{sel}}[{window}]))"
     for fig in d.COUNTERS:
         queries.append(Query(fig.key, _first(fig.names, rate, sel)))
     for fig in d.HISTOGRAMS:
         for part in _HISTOGRAM_PARTS[fig.key]:
-            queries.append(Query(fig.key + part, _first(tuple(n + part for n in fig.names), rate, sel)))
+            key = fig.key + part
+            template = last_scrape if key in d.READ_OVER_ONE_SCRAPE else rate
+            queries.append(Query(key, _first(tuple(n + part for n in fig.names), template, sel)))
     buckets = tuple(n + "_bucket" for n in d.TTFT.names)
     queries.append(Query("ttft_buckets", _bucket_rates(buckets, sel, window, g), "buckets"))
     queries.append(Query("ttft_buckets", _bucket_rates(buckets, sel, window, labels.by("deployment")),
