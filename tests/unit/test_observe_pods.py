@@ -150,6 +150,21 @@ def test_a_restart_inside_the_window_is_a_reset_even_when_its_counters_regrew() 
     assert obs.completion_rate == pytest.approx(10.0)  # read from the restart on, not across it
 
 
+def test_a_window_of_days_is_read_over_the_newest_scrapes_a_pod_keeps() -> None:
+    """`--metrics-window 7d` does not keep a week of payloads per pod: the rates are read over the newest
+    MAX_KEPT_SCRAPES polls, and the traffic before them is forgotten."""
+    from infertune.observe.pods import MAX_KEPT_SCRAPES
+
+    payloads, clock = [EnginePayload(running=4)], Clock()
+    source = _replayed(payloads, clock, window_seconds=7 * 86_400.0)
+    source.poll()
+    for _ in range(50):  # a busy start, then a quiet stretch longer than what is kept
+        obs = _serve(payloads, clock, source, 15, rps=10.0)
+    for _ in range(MAX_KEPT_SCRAPES + 5):
+        obs = _serve(payloads, clock, source, 15, rps=1.0)
+    assert obs.completion_rate == pytest.approx(1.0)
+
+
 def test_a_window_that_is_not_a_positive_number_is_refused() -> None:
     for bad in (0.0, -60.0, math.nan, math.inf):
         with pytest.raises(ValueError, match="window_seconds"):

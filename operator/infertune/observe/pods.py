@@ -40,6 +40,10 @@ MAX_PAYLOAD_BYTES = 4 * MiB
 DEFAULT_WINDOW_SECONDS = 60.0
 # A scrape taken a hair more than the window ago (clock jitter) still opens it, as the poll meant it to.
 _WINDOW_SLACK_SECONDS = 1e-6
+# The most scrapes kept a pod (an hour of 15 s polls): a window of days (`--metrics-window` takes any
+# PromQL range) would otherwise hold every payload of those days in memory. A longer window is read over
+# the newest of them.
+MAX_KEPT_SCRAPES = 240
 
 
 def pod_metrics_url(address: str, port: int) -> str:
@@ -159,7 +163,7 @@ class PodsSource:
             # Counts from before the restart cannot start a rate after it.
             kept.clear()
         kept.append(scrape)
-        while scrape.time - kept[0].time > self.window_seconds + _WINDOW_SLACK_SECONDS:
+        while scrape.time - kept[0].time > self.window_seconds + _WINDOW_SLACK_SECONDS or len(kept) > MAX_KEPT_SCRAPES:
             kept.popleft()
 
     def close(self) -> None:
