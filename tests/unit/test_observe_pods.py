@@ -141,9 +141,10 @@ def test_a_restart_inside_the_window_is_a_reset_even_when_its_counters_regrew() 
     source.poll()
     _serve(payloads, clock, source, 15, rps=1.0)
     payloads[0] = EnginePayload(running=4)  # restarted: counters from zero
+    # 1.5 requests since the restart: past the window's first scrape (0), below the last poll's 15.
     obs = _serve(payloads, clock, source, 15, rps=0.1)
     assert obs.fault is MetricsFault.COUNTER_RESET and not obs.available
-    payloads[0].advance(15, rps=10.0)  # regrows past the counts before the restart
+    payloads[0].advance(15, rps=10.0)
     clock.t += 15
     obs = source.poll().get(*KEY)
     assert obs.available, obs.message

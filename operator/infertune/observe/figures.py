@@ -360,12 +360,14 @@ def judge(key: DeploymentKey, figs: Sequence[PodFigures], expected: Expected | N
 
 
 def build_observation(key: DeploymentKey, figs: Sequence[PodFigures], expected: Expected | None,
-                      now: float, stale_after: float, deployment_ttft: Mapping[float, float]) -> Observation:
+                      now: float, stale_after: float, deployment_ttft: Mapping[float, float],
+                      fit_figs: Sequence[PodFigures] | None = None) -> Observation:
     """The deployment's Observation. When it is faulted the figures still cover the pods seen, for
-    display, but `available` is False and nothing should be decided from them."""
+    display, but `available` is False and nothing should be decided from them. `fit_figs` are the
+    figures the fit's samples come from, when they are not `figs` (the pods source's last poll)."""
     verdict = judge(key, figs, expected, now, stale_after)
     figs = sorted(figs, key=lambda f: f.pod)
-    observation = _assemble(key, figs, verdict, now, deployment_ttft)
+    observation = _assemble(key, figs, verdict, now, deployment_ttft, figs if fit_figs is None else fit_figs)
     why = implausible_means(observation) if observation.available else None
     if why is not None:
         return replace(observation, available=False, fault=MetricsFault.IMPLAUSIBLE, message=why)
@@ -387,7 +389,7 @@ def implausible_means(obs: Observation) -> str | None:
 
 
 def _assemble(key: DeploymentKey, figs: Sequence[PodFigures], verdict: Judgement, now: float,
-              deployment_ttft: Mapping[float, float]) -> Observation:
+              deployment_ttft: Mapping[float, float], fit_figs: Sequence[PodFigures]) -> Observation:
     reps = tuple(replica_observation(f) for f in figs)
     rate_figures, arrival_floor = _fleet_rate_figures(figs)
     usages = [r.kv_usage for r in reps]
@@ -413,7 +415,7 @@ def _assemble(key: DeploymentKey, figs: Sequence[PodFigures], verdict: Judgement
         # Per replica; the smallest pool is where the cliff comes first.
         kv_capacity_tokens=min(capacities) if capacities else None,
         stream_context_tokens=fleet_stream_context(reps),
-        fit_samples=fit_samples(figs),
+        fit_samples=fit_samples(fit_figs),
     )
 
 

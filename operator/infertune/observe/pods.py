@@ -27,7 +27,7 @@ import yarl
 from infertune.api.observation import MetricsFault, Observation
 from infertune.errors import UserError
 from infertune.observe.dialects import READ_OVER_ONE_SCRAPE
-from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted, fit_samples
+from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted
 from infertune.observe.http import Client, FetchFailed, MiB, UrlError, run, source_url
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
@@ -275,11 +275,11 @@ class PodsSource:
                     merged[le] += v
         pods = {s.target.pod for s in scrapes} | set(expected.pods if expected and expected.pods else ())
         want = dataclasses.replace(expected or Expected(), pods=frozenset(pods))
-        obs = build_observation(key, figs, want, at, self.stale_after, quantiles(merged) if complete else {})
         # The fit takes each poll's own stretch, as it takes Prometheus' history in windows that do not
         # overlap: overlapping windows would count each stretch of traffic several times and average
         # away the spread of batches the line is fitted across.
-        obs = dataclasses.replace(obs, fit_samples=fit_samples(poll_figs))
+        obs = build_observation(key, figs, want, at, self.stale_after, quantiles(merged) if complete else {},
+                                fit_figs=poll_figs)
         if failed and obs.fault is MetricsFault.PARTIAL:
             why = "; ".join(s.message for s in failed[:3])
             obs = dataclasses.replace(obs, message=f"{obs.message} ({why})")
