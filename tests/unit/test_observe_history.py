@@ -72,7 +72,8 @@ def test_a_prompt_trend_the_running_streams_do_not_show_is_not_carried_ahead():
     steady 60K: the climb is the few requests that happened to finish, not contexts that grow. When the
     running streams grow too, the prompt is carried ahead by the tokens they grow, no further."""
     def poll(t: float, prompt: float, held: float) -> Observation:
-        return obs(t, prompt, running=8.0, stream_context_tokens=held)
+        # Ten completions a second: the load's 16 polls hold 160 requests, enough to read a shape from.
+        return obs(t, prompt, completions=10.0, running=8.0, stream_context_tokens=held)
 
     vetoed = PressureHistory()
     for t in range(0, 60):
@@ -100,8 +101,10 @@ def test_a_few_sessions_climbing_through_their_turns_are_not_carried_ahead():
     def climb(running: float) -> Observation:
         history = PressureHistory()
         for t in range(0, 60):
-            record(history, obs(float(t), 40_000 + 1_000 * t, running=running, stream_context_tokens=60_000 + 500 * t))
-        return history.settled(KEY, obs(59.0, 99_000, running=running, stream_context_tokens=89_500), horizon=15.0)
+            record(history, obs(float(t), 40_000 + 1_000 * t, completions=10.0, running=running,
+                                stream_context_tokens=60_000 + 500 * t))
+        return history.settled(KEY, obs(59.0, 99_000, completions=10.0, running=running, stream_context_tokens=89_500),
+                               horizon=15.0)
 
     few = climb(3.0)
     assert few.stream_context_growth_tokens == 0.0
@@ -109,6 +112,25 @@ def test_a_few_sessions_climbing_through_their_turns_are_not_carried_ahead():
     many = climb(12.0)
     assert many.stream_context_growth_tokens == pytest.approx(12_250)
     assert many.mean_prompt_tokens == pytest.approx(91_500 + 12_250)
+
+
+def test_a_quiet_fleets_shape_is_read_from_a_hundred_requests_and_a_busy_ones_from_the_load():
+    """A 60 s model load and 15 s polls. At 0.4 requests a second the load's five polls hold 30 requests,
+    too few to read a shape from (ramp-load60 read 70% cached from two dozen requests where a poll before had
+    read 87%, and rolled its fleet to TP8 on it): the shape reaches back to the polls that hold a hundred. At 10
+    a second the load's own polls hold 600, and a change is read within the load."""
+    def shaped(completions: float) -> Observation:
+        history = PressureHistory(horizon_seconds=900)
+        for t in range(0, 600, 15):
+            share = 0.87 if t < 525 else 0.70  # the load's five polls (525 s to 585 s)
+            record(history, Observation(*KEY, sample_time=float(t), available=True, completion_rate=completions,
+                                        mean_prompt_tokens=100_000, mean_generated_tokens=1_000.0,
+                                        mean_cached_tokens=100_000 * share))
+        return history.settled(KEY, obs(585.0, 100_000, completions=completions), horizon=60.0)
+
+    quiet = shaped(0.4)  # 6 requests a poll: 17 polls for a hundred, 5 of them at 70%
+    assert quiet.mean_cached_tokens == pytest.approx(100_000 * (12 * 0.87 + 5 * 0.70) / 17)
+    assert shaped(10.0).mean_cached_tokens == pytest.approx(70_000)
 
 
 def test_a_steady_prompt_is_not_planned_as_growing_while_the_running_streams_are_measured():

@@ -21,6 +21,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import TypeVar
 
 from infertune.api.observation import BACKLOG_DRAIN_SECONDS, FEW_STREAMS, Observation
@@ -68,6 +69,20 @@ def shape_point(obs: Observation) -> ShapePoint | None:
     return ShapePoint(obs.sample_time, weight, prompt, generated, obs.mean_cached_tokens)
 
 
+def _covering(recorded: Sequence[ShapePoint], since: float) -> list[ShapePoint]:
+    """The shapes recorded from `since` on, reaching further back (within what the history keeps) while
+    they cover fewer than MIN_SHAPE_REQUESTS finished requests. A point covers its completion rate over
+    the time since the point before it (the first one, over the gap after it)."""
+    points = list(recorded)
+    gaps = [b.time - a.time for a, b in pairwise(points)]
+    gaps = gaps[:1] + gaps if gaps else [0.0] * len(points)
+    start, requests = len(points), 0.0
+    while start > 0 and (points[start - 1].time >= since or requests < MIN_SHAPE_REQUESTS):
+        start -= 1
+        requests += points[start].weight * max(gaps[start], 0.0)
+    return points[start:]
+
+
 @dataclass(frozen=True)
 class StreamContextPoint:
     """The tokens a running stream held at one poll, weighted by the streams running."""
@@ -76,6 +91,14 @@ class StreamContextPoint:
     running: float
     tokens: float
 
+
+# The fewest finished requests a request shape is read from when the load's window holds fewer. A coding
+# agent's cached share is a per-request mix of first turns (none cached) and long sessions (most of it),
+# and the fresh prefill the TTFT is judged on is the small difference of two large means: from the two
+# dozen requests a minute held on a quiet fleet it read 30% of the prompt where a poll earlier read 13%,
+# and every TP4 shape turned infeasible on it (ramp-load60, a 60 s load: rolled to TP8 and held there;
+# docs/bench.md, History). A hundred requests bring a mean's error to a tenth of a request's spread.
+MIN_SHAPE_REQUESTS = 100.0
 
 # Fewer running streams than this over the horizon tell too little of the working set to plan on.
 MIN_STREAM_WEIGHT = 4.0
@@ -210,9 +233,7 @@ class PressureHistory:
             obs = replace(obs, stream_context_growth_tokens=self._working_set_growth(
                 key, obs.sample_time, horizon, obs.stream_context_tokens, obs.stream_context_streams))
         recorded: Sequence[ShapePoint] = self._shapes.get(key) or ()
-        shapes = recorded
-        if horizon is not None and shapes:
-            shapes = [p for p in shapes if p.time >= obs.sample_time - horizon]
+        shapes = recorded if horizon is None else _covering(recorded, obs.sample_time - horizon)
         if not shapes:
             return obs
         total = sum(p.weight for p in shapes)
