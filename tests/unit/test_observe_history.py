@@ -133,23 +133,6 @@ def test_a_quiet_fleets_shape_is_read_from_a_hundred_requests_and_a_busy_ones_fr
     assert shaped(10.0).mean_cached_tokens == pytest.approx(70_000)
 
 
-def test_a_poll_after_a_quiet_stretch_is_not_counted_as_the_stretchs_requests():
-    """Polls 15 s apart; nothing finishes for ten minutes, then one request every ten seconds: the first
-    poll after the stretch covers 15 s of its rate, not the 600 s since the poll before, so the shape still
-    reaches back to the busy polls before the stretch for its hundred requests."""
-    history = PressureHistory(horizon_seconds=900)
-    for t in range(0, 150, 15):  # 10 polls at 1 req/s, 95% cached: 150 requests
-        record(history, Observation(*KEY, sample_time=float(t), available=True, completion_rate=1.0,
-                                    mean_prompt_tokens=100_000, mean_generated_tokens=1_000.0,
-                                    mean_cached_tokens=95_000))
-    for t in range(735, 795, 15):  # after the stretch, 4 polls at 0.1 req/s, 50% cached: 6 requests
-        record(history, Observation(*KEY, sample_time=float(t), available=True, completion_rate=0.1,
-                                    mean_prompt_tokens=100_000, mean_generated_tokens=1_000.0,
-                                    mean_cached_tokens=50_000))
-    settled = history.settled(KEY, obs(780.0, 100_000, completions=0.1), horizon=60.0)
-    assert settled.mean_cached_tokens is not None and settled.mean_cached_tokens > 90_000
-
-
 def test_a_steady_prompt_is_not_planned_as_growing_while_the_running_streams_are_measured():
     """A quiet night, twelve times over: one to three completions a poll, heavy-tailed prompts, no trend,
     and 5-19 streams running with a steady working set. Alone, the prompt's trend carried by its line

@@ -18,7 +18,6 @@ tighter shape is also judged at it (planner/guardrails.py, `WorkingSetAbovePlan`
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -73,17 +72,14 @@ def shape_point(obs: Observation) -> ShapePoint | None:
 def _covering(recorded: Sequence[ShapePoint], since: float) -> list[ShapePoint]:
     """The shapes recorded from `since` on, reaching further back (within what the history keeps) while
     they cover fewer than MIN_SHAPE_REQUESTS finished requests. A point covers its completion rate over
-    the time since the point before it, and never over more than the usual poll interval (the median
-    gap): a poll with nothing finished records no shape, and the first rate after a quiet stretch is
-    over the metrics window, not over the stretch."""
+    the time since the point before it (the first one, over the gap after it)."""
     points = list(recorded)
     gaps = [b.time - a.time for a, b in pairwise(points)]
-    poll = statistics.median(gaps) if gaps else 0.0
-    covers = [min(gap, poll) for gap in gaps[:1] + gaps] if gaps else [0.0] * len(points)
+    gaps = gaps[:1] + gaps if gaps else [0.0] * len(points)
     start, requests = len(points), 0.0
     while start > 0 and (points[start - 1].time >= since or requests < MIN_SHAPE_REQUESTS):
         start -= 1
-        requests += points[start].weight * max(covers[start], 0.0)
+        requests += points[start].weight * max(gaps[start], 0.0)
     return points[start:]
 
 
