@@ -116,8 +116,8 @@ def test_a_few_sessions_climbing_through_their_turns_are_not_carried_ahead():
 
 def test_a_quiet_fleets_shape_is_read_from_a_hundred_requests_and_a_busy_ones_from_the_load():
     """A 60 s model load and 15 s polls. At 0.4 requests a second the load's five polls hold 30 requests,
-    too few to read a shape from (ramp-load60 read 70% cached from two dozen requests where a poll before had
-    read 87%, and rolled its fleet to TP8 on it): the shape reaches back to the polls that hold a hundred. At 10
+    too few to read a shape from (ramp-load60 read 70% cached from two dozen requests where one 15 s poll
+    had read 87%, and rolled its fleet to TP8 on it): the shape reaches back to the polls that hold a hundred. At 10
     a second the load's own polls hold 600, and a change is read within the load."""
     def shaped(completions: float) -> Observation:
         history = PressureHistory(horizon_seconds=900)

@@ -95,7 +95,7 @@ class StreamContextPoint:
 # The fewest finished requests a request shape is read from when the load's window holds fewer. A coding
 # agent's cached share is a per-request mix of first turns (none cached) and long sessions (most of it),
 # and the fresh prefill the TTFT is judged on is the small difference of two large means: from the two
-# dozen requests a minute held on a quiet fleet it read 30% of the prompt where a poll earlier read 13%,
+# dozen requests a minute held on a quiet fleet it read 30% of the prompt where one 15 s poll had read 13%,
 # and every TP4 shape turned infeasible on it (ramp-load60, a 60 s load: rolled to TP8 and held there;
 # docs/bench.md, History). A hundred requests bring a mean's error to a tenth of a request's spread.
 MIN_SHAPE_REQUESTS = 100.0
