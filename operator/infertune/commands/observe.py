@@ -32,7 +32,7 @@ from infertune.observe import (
     pressure_point,
 )
 from infertune.observe.http import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS, FetchFailed, source_url
-from infertune.observe.promql import range_seconds
+from infertune.observe.promql import DEFAULT_METRICS_WINDOW, range_seconds
 from infertune.textfile import read_text
 
 
@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
     p.add_argument("--targets", help="host:port[,...] or ns/deployment/pod=host:port (--source pods)")
     p.add_argument("--namespace", help="only this namespace (pods: the namespace of --targets)")
     p.add_argument("--deployment", help="only this deployment (pods: the deployment of --targets)")
-    p.add_argument("--window", default="1m",
+    p.add_argument("--window", default=DEFAULT_METRICS_WINDOW,
                    help="rate window, a Prometheus duration (default 1m); with pods, the span of polls read over")
     p.add_argument("--interval", type=number(0, 3600), default=5.0,
                    help="pods: seconds between the two scrapes rates come from (0: gauges only)")

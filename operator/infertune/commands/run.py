@@ -23,7 +23,7 @@ from infertune.commands._inputs import cluster_client, number, written_number
 from infertune.controller import OperatorContext, build_registry
 from infertune.errors import UserError
 from infertune.observe.http import AllowList
-from infertune.observe.promql import range_seconds
+from infertune.observe.promql import DEFAULT_METRICS_WINDOW, range_seconds
 
 # Where a pod's own namespace is when the downward API did not set POD_NAMESPACE.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
                         help="key of the token in that Secret")
     parser.add_argument("--cycle-seconds", type=written_number(), default=30.0, help="tuning timer interval")
     parser.add_argument("--poll-seconds", type=written_number(), default=15.0, help="metrics poll interval")
-    parser.add_argument("--metrics-window", default="1m",
+    parser.add_argument("--metrics-window", default=DEFAULT_METRICS_WINDOW,
                         help="the span rates and quantiles are read over: the PromQL range (at least 4x "
                              "Prometheus' scrape interval), and for Pods sources the span of polls")
     parser.add_argument("--metrics-port", type=number(integer=True), default=9090,

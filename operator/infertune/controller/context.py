@@ -16,6 +16,7 @@ from infertune.controller.reconciler import Reconciler
 from infertune.controller.sources import Ref, SourceRegistry
 from infertune.controller.telemetry import Telemetry
 from infertune.observe.http import AllowList
+from infertune.observe.promql import DEFAULT_METRICS_WINDOW
 from infertune.observe.snapshot import MetricsSource
 
 
@@ -27,7 +28,7 @@ class OperatorContext:
     cycle_seconds: float = 30.0
     clock: Callable[[], float] = time.time
     telemetry: Telemetry = field(default_factory=Telemetry)
-    metrics_window: str = "1m"
+    metrics_window: str = DEFAULT_METRICS_WINDOW
     default_token: Ref | None = None  # (kind, namespace, name, key) of the default Prometheus' token
     hub: MetricsHub = field(default_factory=MetricsHub)
     # Where resources may point the operator (`--allowed-prometheus-url`); empty: anywhere.

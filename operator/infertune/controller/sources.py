@@ -26,7 +26,7 @@ from infertune.errors import ApiError, SourceError
 from infertune.observe import PrometheusSource
 from infertune.observe.http import AllowList, UrlError, origin, source_url
 from infertune.observe.pods import PodsSource, PodTarget, pod_metrics_url
-from infertune.observe.promql import range_seconds
+from infertune.observe.promql import DEFAULT_METRICS_WINDOW, range_seconds
 from infertune.observe.snapshot import MetricsSource
 
 Key = tuple[str, str]
@@ -143,7 +143,7 @@ class SourceRegistry:
     Prometheus is the platform's own and is not checked). A replaced source is kept in `retired` until
     the poller closes it on its loop (`reap`)."""
 
-    def __init__(self, kube: KubeClient, default: MetricsSource | None = None, window: str = "1m",
+    def __init__(self, kube: KubeClient, default: MetricsSource | None = None, window: str = DEFAULT_METRICS_WINDOW,
                  default_token: Ref | None = None, allowed: AllowList | None = None) -> None:
         self.kube = kube
         self.default = default

@@ -29,6 +29,7 @@ from infertune.errors import UserError
 from infertune.observe.dialects import READ_OVER_ONE_SCRAPE
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, faulted
 from infertune.observe.http import Client, FetchFailed, MiB, UrlError, run, source_url
+from infertune.observe.promql import DEFAULT_METRICS_WINDOW, range_seconds
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 from infertune.observe.textformat import PayloadError, Reading, parse_payload
@@ -36,8 +37,7 @@ from infertune.observe.textformat import PayloadError, Reading, parse_payload
 # vLLM's /metrics is ~100 KiB; a payload of this size is not an engine's.
 MAX_PAYLOAD_BYTES = 4 * MiB
 
-# The operator's --metrics-window default (1m), in seconds.
-DEFAULT_WINDOW_SECONDS = 60.0
+DEFAULT_WINDOW_SECONDS = range_seconds(DEFAULT_METRICS_WINDOW)
 # A scrape taken a hair more than the window ago (clock jitter) still opens it, as the poll meant it to.
 _WINDOW_SLACK_SECONDS = 1e-6
 # The most scrapes kept a pod (an hour of 15 s polls): a window of days (`--metrics-window` takes any

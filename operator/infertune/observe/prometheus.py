@@ -26,7 +26,14 @@ from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, stream_context
 from infertune.observe.fitmemory import FitSample
 from infertune.observe.http import Client, FetchFailed, MiB, origin, run, source_url
-from infertune.observe.promql import Labels, Query, demand_range_query, fit_range_queries, poll_queries
+from infertune.observe.promql import (
+    DEFAULT_METRICS_WINDOW,
+    Labels,
+    Query,
+    demand_range_query,
+    fit_range_queries,
+    poll_queries,
+)
 from infertune.observe.quantile import quantiles
 from infertune.observe.snapshot import Snapshot
 
@@ -159,7 +166,7 @@ class PrometheusSource:
     name = "prometheus"
 
     def __init__(self, url: str, *, token: str | None = None, ca_path: str | None = None,
-                 insecure: bool = False, timeout: float = 10.0, window: str = "1m",
+                 insecure: bool = False, timeout: float = 10.0, window: str = DEFAULT_METRICS_WINDOW,
                  stale_after: float = 120.0, labels: Labels | None = None, namespace: str | None = None,
                  deployment: str | None = None, clock: Callable[[], float] = time.time,
                  allow_token_over_http: bool = False) -> None:

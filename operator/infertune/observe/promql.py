@@ -18,6 +18,10 @@ _RANGE = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?
                     r"(?:([0-9]+)ms)?")
 _RANGE_UNITS = (365 * 86_400.0, 7 * 86_400.0, 86_400.0, 3600.0, 60.0, 1.0, 0.001)
 
+# The range every rate is read over unless `--metrics-window` says otherwise: four scrapes of the chart's
+# PodMonitor (15 s), the fewest `rate()` reads reliably. Both sources, the controller and the CLI take it.
+DEFAULT_METRICS_WINDOW = "1m"
+
 
 def range_seconds(window: str) -> float:
     """Seconds in a PromQL range duration ("1m", "90s", "1m30s"); ValueError for anything PromQL
