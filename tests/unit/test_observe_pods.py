@@ -10,6 +10,7 @@ import pytest
 from infertune.api.observation import MetricsFault
 from infertune.errors import UserError
 from infertune.observe import Expected, PodsSource, PodTarget
+from infertune.observe.pods import MAX_KEPT_SCRAPES
 from tests.prometheus_fixture import EnginePayload, PayloadServer
 
 KEY = ("ns", "chat")
@@ -154,8 +155,6 @@ def test_a_restart_inside_the_window_is_a_reset_even_when_its_counters_regrew() 
 def test_a_window_of_days_is_read_over_the_newest_scrapes_a_pod_keeps() -> None:
     """`--metrics-window 7d` does not keep a week of payloads per pod: the rates are read over the newest
     MAX_KEPT_SCRAPES polls, and the traffic before them is forgotten."""
-    from infertune.observe.pods import MAX_KEPT_SCRAPES
-
     payloads, clock = [EnginePayload(running=4)], Clock()
     source = _replayed(payloads, clock, window_seconds=7 * 86_400.0)
     source.poll()
