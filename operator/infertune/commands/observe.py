@@ -45,7 +45,8 @@ def register(sub: Any) -> None:
     p.add_argument("--namespace", help="only this namespace (pods: the namespace of --targets)")
     p.add_argument("--deployment", help="only this deployment (pods: the deployment of --targets)")
     p.add_argument("--window", default=DEFAULT_METRICS_WINDOW,
-                   help="rate window, a Prometheus duration (default %(default)s); with pods, the span of polls read over")
+                   help="rate window, a Prometheus duration (default %(default)s); with pods, the span of polls "
+                        "read over")
     p.add_argument("--interval", type=number(0, 3600), default=5.0,
                    help="pods: seconds between the two scrapes rates come from (0: gauges only)")
     p.add_argument("--fit-history", default="30m",
