@@ -209,6 +209,35 @@ def test_prometheus_down_is_unreachable() -> None:
     assert snap.message == f"http://127.0.0.1:{port}: cannot reach it (connection refused)"
 
 
+def test_a_connection_closed_without_an_answer_is_lost() -> None:
+    # What a Prometheus killed mid-answer looks like from a kept-alive connection: accepted, then closed.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        port = s.getsockname()[1]
+        closing = threading.Event()
+
+        def accept_and_close() -> None:
+            s.settimeout(0.2)
+            while not closing.is_set():
+                try:
+                    conn, _ = s.accept()
+                except OSError:
+                    continue
+                conn.recv(4096)
+                conn.close()
+
+        thread = threading.Thread(target=accept_and_close, daemon=True)
+        thread.start()
+        try:
+            snap = PrometheusSource(f"http://127.0.0.1:{port}").poll()
+        finally:
+            closing.set()
+            thread.join()
+    assert snap.fault is MetricsFault.UNREACHABLE
+    assert snap.message == f"http://127.0.0.1:{port}: cannot reach it (connection lost)"
+
+
 def test_prometheus_slower_than_the_timeout() -> None:
     # A listener that never accepts: the TCP handshake completes, no answer ever comes.
     with socket.socket() as s:

@@ -179,6 +179,9 @@ class Client:
                 refused = isinstance(exc.os_error, ConnectionRefusedError)
                 detail = "connection refused" if refused else "connection failed"
                 raise FetchFailed(MetricsFault.UNREACHABLE, f"cannot reach it ({detail})", where) from None
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+                # A server killed or restarted under a kept-alive connection resets or closes it, mid-answer.
+                raise FetchFailed(MetricsFault.UNREACHABLE, "cannot reach it (connection lost)", where) from None
             except (aiohttp.ClientError, OSError, ValueError) as exc:
                 raise FetchFailed(MetricsFault.UNREACHABLE, f"cannot reach it ({type(exc).__name__})",
                                   where) from None
