@@ -17,8 +17,11 @@ import yaml
 from infertune.api.policy import apply_policy, parse_policy
 from infertune.api.schema import (
     CONTEXT_TOKENS_MAX,
+    DECIMAL_MAX_LENGTH,
     POOL_GPUS_MAX,
+    PRICE_PER_GPU_HOUR_MAX,
     REPLICAS_MAX,
+    REQUESTS_PER_SECOND_MAX,
     STARTUP_SECONDS_MAX,
     STREAM_TOKENS_PER_SECOND_MAX,
     TOLERATION_SECONDS_MAX,
@@ -95,6 +98,13 @@ RESOURCE_CASES = [
      "0s..24h"),
     ("spec.tuning.interval", HUGE_DURATION, "spec.tuning.interval", "0s..24h"),
     ("spec.tuning.staleAfter", "9999999h", "spec.tuning.staleAfter", "0s..24h"),
+    # A rate past int64 once sized one replica for it; a price past a float's range once costed at $inf.
+    ("spec.workload.expectedRequestsPerSecond", "1000000000000000000", "spec.workload.expectedRequestsPerSecond",
+     f"0..{REQUESTS_PER_SECOND_MAX:.0f}"),
+    ("spec.workload.expectedRequestsPerSecond", "1000000.5", "spec.workload.expectedRequestsPerSecond",
+     f"0..{REQUESTS_PER_SECOND_MAX:.0f}"),
+    ("spec.hardware.pricePerGpuHour", "10000.01", "spec.hardware.pricePerGpuHour",
+     f"0..{PRICE_PER_GPU_HOUR_MAX:.0f}"),
 ]
 POLICY_CASES = [
     ("spec.slo.minStreamTokensPerSecond", 10**23, "ServingPolicy spec.slo.minStreamTokensPerSecond",
@@ -109,6 +119,8 @@ POLICY_CASES = [
     ("spec.tuning.cooldowns.scaleDownStabilization", HUGE_DURATION,
      "ServingPolicy spec.tuning.cooldowns.scaleDownStabilization", "0s..24h"),
     ("spec.tuning.staleAfter", HUGE_DURATION, "ServingPolicy spec.tuning.staleAfter", "0s..24h"),
+    ("spec.workload.expectedRequestsPerSecond", "100000000000000000000",
+     "ServingPolicy spec.workload.expectedRequestsPerSecond", f"0..{REQUESTS_PER_SECOND_MAX:.0f}"),
 ]
 _ids = [f"{c[0].rsplit('.', 1)[-1]}={str(c[1])[:12]}" for c in RESOURCE_CASES]
 _policy_ids = [f"{c[0].rsplit('.', 1)[-1]}={str(c[1])[:12]}" for c in POLICY_CASES]
@@ -142,6 +154,16 @@ def test_the_cli_refuses_a_policy_figure_outside_its_range(capsys: pytest.Captur
     policy.write_text(yaml.safe_dump(_with(_load(POLICY), path, value)))
     code, out, err = run(capsys, command, "-f", str(EXAMPLE), "--policy", str(policy))
     assert _refused(code, out, err, f"{field}: ", _shown(value), bounds), (code, err)
+
+
+@pytest.mark.parametrize("command", ["render", "plan", "explain"])
+def test_the_cli_refuses_a_decimal_longer_than_any_figure_needs(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                command: str) -> None:
+    # 310 digits: as a float it is inf, and every cost read from it was "$inf/M tokens".
+    resource = tmp_path / "resource.yaml"
+    resource.write_text(yaml.safe_dump(_with(_load(EXAMPLE), "spec.hardware.pricePerGpuHour", "1" + "0" * 309)))
+    code, out, err = run(capsys, command, "-f", str(resource), "--policy", str(POLICY))
+    assert _refused(code, out, err, "spec.hardware.pricePerGpuHour: ", f"at most {DECIMAL_MAX_LENGTH} characters")
 
 
 @pytest.mark.parametrize(("path", "value", "field"), [
@@ -200,6 +222,9 @@ def test_a_context_longer_than_any_model_holds_is_refused_when_the_policy_and_re
                                "scaleDownStabilization": "24h"}),
     ("spec.tuning.interval", "24h"),
     ("spec.tuning.staleAfter", "1.5h"),
+    ("spec.workload.expectedRequestsPerSecond", "1000000"),
+    ("spec.hardware.pricePerGpuHour", "10000"),
+    ("spec.hardware.pricePerGpuHour", "0"),
     ("spec.engine.env", [{"name": "A", "value": "line one\nline two\t(tabs and newlines are fine)"}]),
 ], ids=lambda v: str(v)[:30])
 def test_a_figure_at_the_edge_of_its_range_is_taken_by_the_model_and_the_api_server(path: str, value: Any) -> None:

@@ -18,6 +18,11 @@ from tests.prometheus_fixture import EnginePayload
     (["--source", "prometheus", "--url", "http://p:9090", "--window", "1.5m"], "not a PromQL range"),
     (["--source", "prometheus", "--url", "http://p:9090", "--window", "0s"], "a range of zero"),
     (["--source", "prometheus", "--url", "http://p:9090", "--fit-history", "1x"], "--fit-history"),
+    # Past int64 milliseconds Prometheus refuses a duration; a float of it would be inf or overflow.
+    (["--source", "prometheus", "--url", "http://p:9090", "--window", "9" * 310 + "y"], "longer than any range"),
+    (["--source", "prometheus", "--url", "http://p:9090", "--fit-history", "9" * 300 + "s"], "longer than any range"),
+    (["--source", "pods", "--targets", "127.0.0.1:9", "--interval", "0", "--window", "9" * 20 + "y"],
+     "longer than any range"),
     (["--source", "prometheus", "--url", "http://p:9090", "--ca", "/nonexistent/ca.pem"], "--ca"),
     (["--source", "prometheus", "--url", "http://p:9090", "--timeout", "0"], "--timeout"),
     (["--source", "pods"], "--targets"),

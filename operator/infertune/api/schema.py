@@ -77,6 +77,14 @@ COOLDOWN_RANGE = ("0s", "720h")
 # The scale-down stabilisation window: the HPA's own ends at 1 h, and the operator stretches it to the model
 # load (at most STARTUP_SECONDS_MAX, a day); a longer window would keep a replica for a dip days old.
 STABILIZATION_RANGE = ("0s", "24h")
+# Requests/s a resource declares it expects (spec.workload.expectedRequestsPerSecond): a million a second is
+# past the busiest public LLM APIs' whole traffic; the count of replicas sized for more overflows int64.
+REQUESTS_PER_SECOND_MAX = 1_000_000.0
+# USD for one GPU-hour (spec.hardware.pricePerGpuHour): on-demand B200s rent for a few dollars, and no GPU for
+# more than a hundred; 10,000 catches a price in cents or per month, and keeps every cost finite.
+PRICE_PER_GPU_HOUR_MAX = 10_000.0
+# No decimal needs more characters; a bound on the length bounds what parsing it and its CEL rule cost.
+DECIMAL_MAX_LENGTH = 32
 # A TTFT target (spec.slo.ttft.limit): above 0, which no request meets, and at most a day, the completion
 # window of the batch APIs, the slowest service anyone sells; a longer limit is no target.
 TTFT_LIMIT_RANGE = ("1ms", "24h")
@@ -88,7 +96,7 @@ STALE_AFTER_RANGE = ("0s", "24h")
 DURATION_MAX_LENGTH = 32
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=DURATION_MAX_LENGTH)]
-Decimal = Annotated[str, Field(pattern=DECIMAL_PATTERN)]
+Decimal = Annotated[str, Field(pattern=DECIMAL_PATTERN, max_length=DECIMAL_MAX_LENGTH)]
 Percent = Annotated[int, Field(ge=0, le=100)]
 
 # How a duration is written (DURATION_PATTERN), for the description of every duration field.
@@ -117,6 +125,23 @@ def duration_rules(ranges: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
     return [rule(f"!has(self.{name}) || (duration(self.{name}) >= duration('{low}') && "
                  f"duration(self.{name}) <= duration('{high}'))", f"{name}: from {low} to {high}", f".{name}")
                 for name, (low, high) in ranges.items()]
+
+
+def decimal_rule(name: str, low: float, high: float, unit: str) -> dict[str, Any]:
+    """The CEL rule that holds one decimal-string field (its camelCase name) within [low, high], as the
+    operator's `check_decimal_range` does."""
+    return rule(f"!has(self.{name}) || (double(self.{name}) >= {low!r} && double(self.{name}) <= {high!r})",
+                f"{name}: from {low:.12g} to {high:.12g}{unit}", f".{name}")
+
+
+def check_decimal_range(value: str | None, low: float, high: float, why: str) -> str | None:
+    """`value` (a decimal string) if it lies within [low, high]; the ValueError a field validator raises
+    otherwise, ending in `why`."""
+    if value is None:
+        return None
+    if not low <= float(value) <= high:
+        raise ValueError(f"{value} is outside the allowed range {low:.12g}..{high:.12g}: {why}")
+    return value
 
 
 def check_duration_range(value: str | None, bounds: tuple[str, str]) -> str | None:

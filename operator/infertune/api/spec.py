@@ -23,7 +23,9 @@ from infertune.api.schema import (
     CONTEXT_TOKENS_MAX,
     DURATION_FORMAT,
     POOL_GPUS_MAX,
+    PRICE_PER_GPU_HOUR_MAX,
     REPLICAS_MAX,
+    REQUESTS_PER_SECOND_MAX,
     STARTUP_SECONDS_MAX,
     STREAM_TOKENS_PER_SECOND_MAX,
     TOLERATION_SECONDS_MAX,
@@ -41,7 +43,9 @@ from infertune.api.schema import (
     ObjectName,
     ResourceMap,
     TaintKey,
+    check_decimal_range,
     check_duration_range,
+    decimal_rule,
     duration_rules,
     rule,
 )
@@ -129,9 +133,8 @@ LOAD_TEST_NOISE = 0.10
 class LoadTestPoint(ApiModel):
     """One concurrency of a load test: how long a decode step took with that many streams running."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
-        f"double(self.perPassMs) >= {PASS_MS_RANGE[0]} && double(self.perPassMs) <= {PASS_MS_RANGE[1]}",
-        f"perPassMs: from {PASS_MS_RANGE[0]:g} to {PASS_MS_RANGE[1]:g} ms", ".perPassMs")]})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        decimal_rule("perPassMs", *PASS_MS_RANGE, " ms")]})
 
     batch: int = Field(ge=1, le=CONCURRENCY_MAX, description=(
         "Streams decoding together: the load test's concurrency, with every stream busy."))
@@ -142,10 +145,7 @@ class LoadTestPoint(ApiModel):
     @field_validator("per_pass_ms")
     @classmethod
     def _plausible(cls, value: str) -> str:
-        low, high = PASS_MS_RANGE
-        if not low <= float(value) <= high:
-            raise ValueError(f"perPassMs {value} is outside [{low:g}, {high:g}] ms: no decode step takes that long")
-        return value
+        return check_decimal_range(value, *PASS_MS_RANGE, "no decode step takes that long (ms)")
 
 
 class LoadTest(ApiModel):
@@ -385,6 +385,9 @@ class Toleration(ApiModel):
 class Hardware(ApiModel):
     """The GPUs the engine runs on, where its pods may be scheduled, and how many GPUs it may use."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        decimal_rule("pricePerGpuHour", 0.0, PRICE_PER_GPU_HOUR_MAX, " USD")]})
+
     gpu: CatalogName = Field(default="b200", description="GPU catalog name (b200, h200, h100, gb200, b300).")
     node_selector: LabelMap = Field(default_factory=dict, description=(
         "Node labels the engine pods require (their nodeSelector), e.g. to land on nodes with this GPU: label "
@@ -400,7 +403,14 @@ class Hardware(ApiModel):
         "Unset: no limit but spec.tuning.replicas.max."))
     price_per_gpu_hour: Decimal | None = Field(default=None, description=(
         "USD, e.g. '6' or '5.50'. Default: the catalog's price for the GPU. It scales the costs reported; no "
-        "choice depends on it (every GPU of the pool costs the same), and at '0' costs are reported in GPU-hours."))
+        "choice depends on it (every GPU of the pool costs the same), and at '0' costs are reported in GPU-hours. "
+        f"At most {PRICE_PER_GPU_HOUR_MAX:,.0f}."))
+
+    @field_validator("price_per_gpu_hour")
+    @classmethod
+    def _plausible_price(cls, value: str | None) -> str | None:
+        return check_decimal_range(value, 0.0, PRICE_PER_GPU_HOUR_MAX,
+                                   "no GPU rents for that much an hour (USD; is it in cents, or per month?)")
 
 
 _TOKEN_FIELDS = ("freshTokens", "cachedTokens", "outputTokens")
@@ -413,7 +423,7 @@ class WorkloadHints(ApiModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [rule(
         " + ".join(f"(has(self.{f}) ? self.{f} : 0)" for f in _TOKEN_FIELDS) + f" <= {CONTEXT_TOKENS_MAX}",
         f"freshTokens + cachedTokens + outputTokens: at most {CONTEXT_TOKENS_MAX}, the longest context a model "
-        "holds")]})
+        "holds"), decimal_rule("expectedRequestsPerSecond", 0.0, REQUESTS_PER_SECOND_MAX, " requests/s")]})
 
     preset: WorkloadPreset | None = Field(default=None, description=(
         "The request shape to start from: coding-agent (means of ~13K fresh, ~71K cached and ~1K output "
@@ -429,7 +439,14 @@ class WorkloadHints(ApiModel):
         "Mean tokens generated per request. Default: the preset's."))
     expected_requests_per_second: Decimal | None = Field(default=None, description=(
         "Requests/s to size replicas for until metrics give the rate, a decimal string, e.g. '2.5'. Unset: "
-        "the first layout runs spec.tuning.replicas.min replicas (at least one)."))
+        "the first layout runs spec.tuning.replicas.min replicas (at least one). "
+        f"At most {REQUESTS_PER_SECOND_MAX:,.0f}."))
+
+    @field_validator("expected_requests_per_second")
+    @classmethod
+    def _plausible_rate(cls, value: str | None) -> str | None:
+        return check_decimal_range(value, 0.0, REQUESTS_PER_SECOND_MAX,
+                                   "past any deployment's traffic (requests/s)")
 
     @model_validator(mode="after")
     def _one_context(self) -> WorkloadHints:

@@ -11,7 +11,13 @@ from rich.console import Console
 from rich.table import Table
 
 from infertune.api.quantities import format_figure
-from infertune.api.schema import CONCURRENCY_MAX, CONTEXT_TOKENS_MAX, POOL_GPUS_MAX
+from infertune.api.schema import (
+    CONCURRENCY_MAX,
+    CONTEXT_TOKENS_MAX,
+    POOL_GPUS_MAX,
+    PRICE_PER_GPU_HOUR_MAX,
+    REQUESTS_PER_SECOND_MAX,
+)
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
     check_tp,
@@ -35,7 +41,6 @@ SHOWN_CONCURRENCY = {1, 2, 4, 8, 12, 16, 24, 32, 36, 40, 48, 64, 96, 128, 192, 2
 MAX_TOKENS = CONTEXT_TOKENS_MAX  # a prompt or answer longer than any model's context
 # A million requests per second is more than any pool this command sizes for (64 replicas of the smallest
 # model each serve a few hundred); beyond it the answer would be a shortfall of billions of GPUs.
-MAX_DEMAND_RPS = 1_000_000.0
 # A spread of contexts below a thousandth of the mean is no spread a trace can show; one of 1e-320 underflowed
 # in the planner's arithmetic and printed numpy's overflow warning.
 CONTEXT_CV_MIN = 0.001
@@ -67,8 +72,9 @@ def register(sub: Any) -> None:
                         "the mean, as the load test's averages assume)")
     p.add_argument("--min-stream-tps", type=number(0, 100_000, above=True), help="SLO: minimum decode tok/s per stream")
     p.add_argument("--max-ttft", type=number(0, 3600, above=True), help="SLO: maximum TTFT in seconds")
-    p.add_argument("--demand-rps", type=number(0, MAX_DEMAND_RPS), help="requests per second to size replicas for")
-    p.add_argument("--price-per-gpu-hour", type=number(0, 10_000, above=True))
+    p.add_argument("--demand-rps", type=number(0, REQUESTS_PER_SECOND_MAX),
+                   help="requests per second to size replicas for")
+    p.add_argument("--price-per-gpu-hour", type=number(0, PRICE_PER_GPU_HOUR_MAX, above=True))
     p.add_argument("--pool-gpus", type=number(1, POOL_GPUS_MAX, integer=True),
                    help=f"GPUs in the node pool (at most {POOL_GPUS_MAX:,}, as spec.hardware.poolGpus)")
     p.add_argument("--max-concurrency", type=number(1, CONCURRENCY_MAX, integer=True), default=64)

@@ -16,7 +16,10 @@ from infertune.observe import dialects as d
 # A range selector's duration as PromQL reads it: whole numbers of units, largest first ("1m30s").
 _RANGE = re.compile(r"(?:([0-9]+)y)?(?:([0-9]+)w)?(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m(?!s))?(?:([0-9]+)s)?"
                     r"(?:([0-9]+)ms)?")
-_RANGE_UNITS = (365 * 86_400.0, 7 * 86_400.0, 86_400.0, 3600.0, 60.0, 1.0, 0.001)
+# Each unit in milliseconds, so a range sums exactly (Python ints) before any float is made of it.
+_RANGE_UNITS_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000, 1)
+# Prometheus holds a duration in int64 milliseconds and refuses one past it ("duration out of range").
+_MAX_RANGE_MS = 2**63 - 1
 
 # The range every rate is read over unless `--metrics-window` says otherwise: four scrapes of the chart's
 # PodMonitor (15 s), the fewest `rate()` reads reliably. Both sources, the controller and the CLI take it.
@@ -29,10 +32,13 @@ def range_seconds(window: str) -> float:
     found = _RANGE.fullmatch(window) if isinstance(window, str) else None
     if found is None or not any(found.groups()):
         raise ValueError(f"{window!r} is not a PromQL range like '1m', '90s' or '1m30s'")
-    seconds = sum(int(n) * unit for n, unit in zip(found.groups(), _RANGE_UNITS, strict=True) if n)
-    if seconds <= 0:
+    millis = sum(int(n) * unit for n, unit in zip(found.groups(), _RANGE_UNITS_MS, strict=True) if n)
+    if millis <= 0:
         raise ValueError(f"{window!r} is a range of zero")
-    return seconds
+    if millis > _MAX_RANGE_MS:
+        raise ValueError(f"{window[:40]!r}{'...' if len(window) > 40 else ''} is longer than any range Prometheus "
+                         f"holds (about 292 million years)")
+    return millis / 1000.0
 
 
 @dataclass(frozen=True)

@@ -191,10 +191,10 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
     upper = _replica_bounds(request, tp)
     spared = _spared(demand, request.demand_headroom, outlook)
     if demand is not None and spared is not None:
-        needed = np.ceil(spared / rate).astype(np.int64)
-        bare = np.maximum(np.ceil(demand / rate).astype(np.int64), request.replicas_min)
+        needed = _replicas_for(spared, rate)
+        bare = np.maximum(_replicas_for(demand, rate), request.replicas_min)
         # Shapes are ranked on the pass's point; the count above carries any hedge on it (candidates.py).
-        ranked_needed = np.ceil(spared / _rates(table, feasible, point=True)).astype(np.int64)
+        ranked_needed = _replicas_for(spared, _rates(table, feasible, point=True))
     else:
         needed = np.zeros(tp.shape, dtype=np.int64)
         bare = np.full(tp.shape, request.replicas_min, dtype=np.int64)
@@ -225,6 +225,19 @@ def plan(request: PlanRequest, observation: Observation | None, now: float,
         closest=None, decided_at=now, sizing=_sizing(request, demand, outlook), ranked=ranked,
         headroom_gpus=headroom_gpus, demand_is_floor=floor,
     )
+
+
+# More replicas than any pool holds (spec.hardware.poolGpus is at most 131,072 GPUs): a count past it only
+# says "short", and an uncapped one could pass int64 and wrap to a small count.
+_REPLICAS_CAP = 2**40
+
+
+def _replicas_for(demand: float, rate: np.ndarray) -> np.ndarray:
+    """Replicas of each row that carry `demand` at its per-replica `rate`."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        count = np.where(rate > 0, np.ceil(demand / rate), _REPLICAS_CAP)
+    out: np.ndarray = np.nan_to_num(np.minimum(count, _REPLICAS_CAP), nan=_REPLICAS_CAP).astype(np.int64)
+    return out
 
 
 def _spared(demand: float | None, headroom: float, outlook: DemandOutlook | None) -> float | None:
