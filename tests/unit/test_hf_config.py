@@ -70,6 +70,13 @@ def test_a_bad_value_is_named():
         profile_from_hf_config({**LLAMA_8B, "torch_dtype": "float7"}, "broken")
 
 
+@pytest.mark.parametrize("layer_types", [["sliding_attention"] * 37, ["sliding_attention"] * 35, "sliding_attention"])
+def test_layer_types_that_do_not_list_every_layer_are_refused(layer_types):
+    # 37 sliding layers of 36 once left -1 full layers, a KV pool below zero and every layout refused.
+    with pytest.raises(ConfigError, match="layer_types must list one type per layer"):
+        profile_from_hf_config({**GPT_OSS, "layer_types": layer_types}, "broken")
+
+
 def test_config_json_round_trips_through_a_file(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(KIMI_K2))

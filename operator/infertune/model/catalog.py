@@ -187,3 +187,6 @@ def validate_profile(p: ModelProfile) -> None:
         raise CatalogError(f"model {p.name}: compute_dtype must be bf16, fp8 or fp4")
     if p.moe is not None and not 0 < p.moe.experts_per_token <= p.moe.routed_experts:
         raise CatalogError(f"model {p.name}: experts_per_token must be in 1..routed_experts")
+    if not 0 <= p.sliding_layers <= p.layers:
+        # More sliding layers than layers leaves a negative count of full ones, and a KV pool below zero.
+        raise CatalogError(f"model {p.name}: sliding_layers must be in 0..layers ({p.layers}), got {p.sliding_layers}")

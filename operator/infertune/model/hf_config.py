@@ -109,6 +109,10 @@ def profile_from_hf_config(cfg: Mapping[str, Any], name: str, kv_bytes_per_eleme
     window = _int(cfg, "sliding_window", default=0)
     layer_types = cfg.get("layer_types")
     sliding_layers = 0
+    if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) != layers):
+        # transformers refuses such a config too: which layers slide is unknown, and so is the KV they hold.
+        count = len(layer_types) if isinstance(layer_types, list) else type(layer_types).__name__
+        raise ConfigError(f"layer_types must list one type per layer ({layers}, num_hidden_layers), got {count}")
     if window and isinstance(layer_types, list):
         sliding_layers = sum(1 for t in layer_types if "sliding" in str(t))
     elif window and cfg.get("use_sliding_window"):
