@@ -106,6 +106,11 @@ def test_replay_json_is_json_even_when_a_figure_is_not_a_number(capsys: pytest.C
     code, out, _ = run(capsys, "simulate", "replay", "--trace", str(trace), "--tp", "8", "--output", "json")
     doc = strict_json(out)
     assert code == 0 and doc["completed"] == 2 and doc["stream_tps_mean"] is None
+    # The table says there is no figure, as every other table does, rather than printing nan.
+    code, out, _ = run(capsys, "simulate", "replay", "--trace", str(trace), "--tp", "8")
+    rows = dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+    assert code == 0 and rows["stream_tps_mean"] == "-" and rows["stream_tps_p5"] == "-", out
+    assert "nan" not in out.lower(), out
 
 
 def test_a_samples_row_with_infinity_is_named_not_dropped(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infertune.api.quantities import format_figure
 from infertune.api.schema import CONCURRENCY_MAX, CONTEXT_TOKENS_MAX
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
@@ -272,7 +273,8 @@ def run_replay(args: argparse.Namespace) -> int:
         print(dump_json(result))
     else:
         for key, value in result.items():
-            print(f"{key:>18}  {value:.4g}" if isinstance(value, float) else f"{key:>18}  {value}")
+            # A figure with no sample (no answer past its first token has a decode speed) is "-", never "nan".
+            print(f"{key:>18}  {format_figure(value, '.4g')}" if isinstance(value, float) else f"{key:>18}  {value}")
     return 0
 
 
