@@ -136,6 +136,25 @@ def test_render_refuses_a_tp_the_resource_does_not_allow(capsys: pytest.CaptureF
     assert err == ("infertune render: error: --tp: 16 is not one of the resource's tensorParallelSizes (4, 8)")
 
 
+@pytest.mark.parametrize(("flags", "says"), [
+    # The example allows replicas 1..4, max-num-seqs 4..64 and a pool of 32 GPUs.
+    (["--replicas", "1024", "--tp", "8"], "--replicas: 1024 is more than the resource's spec.tuning.replicas.max (4)"),
+    (["--replicas", "3", "--tp", "8", "--max-num-seqs", "128"],
+     "--max-num-seqs: 128 is outside the resource's spec.tuning.concurrency (4..64)"),
+    (["--replicas", "3", "--tp", "8"], "--replicas: 3 x TP8 is 24 GPUs, more than the resource's "
+                                       "spec.hardware.poolGpus (16)"),
+])
+def test_render_refuses_a_layout_the_operator_would_never_apply(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                flags: list[str], says: str) -> None:
+    doc = yaml.safe_load((ROOT / "examples/kimi-k2.6-b200.yaml").read_text())
+    doc["spec"]["hardware"]["poolGpus"] = 16
+    resource = tmp_path / "resource.yaml"
+    resource.write_text(yaml.safe_dump(doc))
+    assert main(["render", "-f", str(resource), "--policy", str(ROOT / "policies/coding-agent.yaml"), *flags]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"infertune render: error: {says}") and err.count("\n") == 1, err
+
+
 def test_scaling_changes_the_object_but_not_the_pod_template() -> None:
     """A pod-template change rolls every pod; a scale must only change spec.replicas."""
     three, five = _render(Layout(4, 8, 3))[0], _render(Layout(4, 8, 5))[0]

@@ -113,6 +113,35 @@ def test_replay_json_is_json_even_when_a_figure_is_not_a_number(capsys: pytest.C
     assert "nan" not in out.lower(), out
 
 
+@pytest.mark.parametrize(("rows", "says"), [
+    # Two samples a millionfold apart one batch away: a line of no time, 1e9 tok/s a stream.
+    ("99999,0.01\n100000,60000\n100000,60000\n", "1e-07 ms at batch 1"),
+    # A perfect line 1,000 ms a stream steep, carried to the default batches: minutes a pass.
+    ("1,6\n1.0000000001,6.0000001\n1.0000000002,6.0000002\n", "at batch 64"),
+])
+def test_a_fit_that_predicts_a_pass_no_engine_runs_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                              rows: str, says: str) -> None:
+    csv = tmp_path / "samples.csv"
+    csv.write_text("batch,per_pass_ms\n" + rows)
+    code, out, err = run(capsys, "fit", "--samples", str(csv))
+    assert code == 2 and out == "" and says in err and "0.01..60,000 ms" in err and one_line(err), err
+
+
+@pytest.mark.parametrize("argv", [
+    ["fit", "--samples", "{csv}", "--model", "kimi-k2.6", "--tp", "8"],
+    ["plan", "--model", "kimi-k2.6", "--tp", "8", "--samples", "{csv}", "--fit-tp", "8"],
+    ["plan", "--model", "kimi-k2.6", "--tp", "8", "--fit", "0.02,0.001", "--fit-tp", "8"],
+])
+def test_samples_faster_than_the_model_can_decode_are_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                              argv: list[str]) -> None:
+    # Seconds written as ms: a trillion-parameter model reads 32 GB of weights a pass, 0.5 ms at TP8 at best.
+    csv = tmp_path / "samples.csv"
+    csv.write_text("batch,per_pass_ms\n1,0.02\n8,0.03\n16,0.04\n")
+    code, out, err = run(capsys, *[a.replace("{csv}", str(csv)) for a in argv])
+    assert code == 2 and out == "" and one_line(err), err
+    assert "faster than kimi-k2.6 can decode at TP8 on b200 (at least 0.0312 ms" in err, err
+
+
 def test_a_samples_row_with_infinity_is_named_not_dropped(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     csv = tmp_path / "samples.csv"
     csv.write_text("batch,per_pass_ms\n4,11.8\n8,inf\n16,31.6\n32,57\n")

@@ -98,6 +98,24 @@ def test_a_load_test_at_a_tp_the_model_cannot_split_is_refused_naming_it() -> No
         resolve(parse_spec(doc["spec"]))
 
 
+@pytest.mark.parametrize("points", [
+    # Within what any decode step may take, but 20-300x faster than a trillion-parameter model's weights read.
+    _points((1, "0.0185"), (8, "0.0210"), (32, "0.0300")),
+    # One point in range, and a robust fit that reads the others as outliers and plans a 0.01 ms pass.
+    _points((1022, "0.01"), (1023, "0.01"), (1024, "60000")),
+])
+def test_a_load_test_faster_than_the_model_can_decode_is_refused_naming_the_floor(
+        points: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    doc = with_load_tests({"tensorParallelSize": 8, "points": points})
+    with pytest.raises(SpecError, match=r"^spec.model.loadTests\[0\].points.perPassMs: .* faster than kimi-k2.6 "
+                                        r"can decode at TP8 on b200 \(at least 0.0312 ms"):
+        resolve(parse_spec(doc["spec"]))
+    resource = tmp_path / "resource.yaml"
+    resource.write_text(yaml.safe_dump(doc))
+    code, out, err = run(capsys, "plan", "-f", str(resource))
+    assert code == 2 and out == "" and "faster than kimi-k2.6 can decode" in err and err.count("\n") == 1, err
+
+
 def _observe_tp8_passes(world: World, batch: float, seconds: float) -> None:
     """A fleet reporting its own passes: the fit samples an engine's metrics give each window."""
     world.observe(rate=1.0)

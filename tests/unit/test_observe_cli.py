@@ -58,3 +58,5 @@ def test_unreachable_pod_exits_1_with_the_reason(payload_servers, capsys) -> Non
     code = main(["observe", "--source", "pods", "--targets", server.address, "--interval", "0"])
     out = capsys.readouterr().out
     assert code == 1 and "SourceServerError" in out and "503" in out
+    # The header does not call the source ok above a deployment it could not read.
+    assert out.splitlines()[0] == "source pods: 1 queries, 1 of 1 deployment(s) not trusted", out

@@ -11,9 +11,10 @@ import pytest
 
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model import load_gpu, load_model
+from infertune.model.roofline import pass_floor_seconds
 from infertune.observe import PodsSource, PodTarget
 from infertune.observe.figures import Expected
-from infertune.observe.plausible import JumpGuard, pass_floor_seconds, replica_limits
+from infertune.observe.plausible import JumpGuard, replica_limits
 from tests.prometheus_fixture import EnginePayload
 from tests.unit.test_reconciler import KEY, World
 

@@ -279,6 +279,8 @@ def _trace_case(name: str, path: Path, sweep: CapacitySweep, tps: Sequence[int],
         multiplier = FILL * pool_gpus / best.tp * best.sustained_rps / rate
     if multiplier <= 0:
         raise UserError("--rate-multiplier must be > 0")
-    note = (f"{path.name}: {len(rows):,} requests over {span / 60:.0f} min replayed {multiplier:.1f}x faster "
+    # A trace of a few seconds (or one instant) reads in seconds, and one slowed to fill the pool as "0.03x".
+    spanned = f"{span / 60:.0f} min" if span >= 120 else f"{span:.0f} s"
+    note = (f"{path.name}: {len(rows):,} requests over {spanned} replayed {multiplier:.3g}x faster "
             f"({rate * multiplier:.1f} req/s), back to back for {duration / 3600:g} h")
     return BenchCase(name, duration, seed, trace=rows, rate_multiplier=multiplier, note=note)

@@ -18,7 +18,10 @@ from rich.table import Table
 from infertune.api.schema import CONTEXT_TOKENS_MAX
 from infertune.commands._inputs import (
     SAMPLE_BATCH_MAX,
+    SAMPLE_PASS_MS_MAX,
+    SAMPLE_PASS_MS_MIN,
     Samples,
+    check_above_token_floor,
     check_tp,
     dump_json,
     number,
@@ -88,13 +91,22 @@ def _line(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) 
     return 0
 
 
+_BOUND_SLACK = 1e-3
+
+
 def _physical(path: str, predictions: list[tuple[float, float]]) -> None:
-    """A fit that predicts a pass of no time, or of less than none, is not one: samples whose pass time
-    falls as the batch grows extrapolate a line below zero, and tok/s would be negative or infinite."""
+    """A fit that predicts a pass no engine runs is not one: samples whose pass time falls as the batch
+    grows extrapolate a line below zero (tok/s negative or infinite), and a few samples that jump a
+    thousandfold between neighbouring batches fit a line of no time or of minutes. The bounds are the
+    samples' own (PASS_MS_RANGE): what a decode step can take."""
+    # A line through samples at a bound lands a rounding error past it: that is the bound, not past it.
+    low, high = SAMPLE_PASS_MS_MIN * (1 - _BOUND_SLACK), SAMPLE_PASS_MS_MAX * (1 + _BOUND_SLACK)
     for batch, per_pass_ms in predictions:
-        if not (math.isfinite(per_pass_ms) and per_pass_ms > 0):
-            raise UserError(f"{path}: the fit predicts a pass of {per_pass_ms:.3g} ms at batch {batch:g}, which no "
-                            "engine runs; check that per_pass_ms grows with batch (columns batch,per_pass_ms)")
+        if not (math.isfinite(per_pass_ms) and low <= per_pass_ms <= high):
+            raise UserError(f"{path}: the fit predicts a pass of {per_pass_ms:.3g} ms at batch {batch:g}, outside "
+                            f"the {SAMPLE_PASS_MS_MIN:g}..{SAMPLE_PASS_MS_MAX:,.0f} ms a decode step takes; check "
+                            "that per_pass_ms grows with batch (columns batch,per_pass_ms), or predict at batches "
+                            "nearer the samples'")
 
 
 def _contexts(args: argparse.Namespace, samples: Samples) -> tuple[list[float], float]:
@@ -114,6 +126,7 @@ def _contexts(args: argparse.Namespace, samples: Samples) -> tuple[list[float], 
 def _physics(args: argparse.Namespace, samples: Samples, batches: tuple[int, ...]) -> int:
     model, gpu, tp = resolve_model(args.model), load_gpu(args.gpu or DEFAULT_GPU), args.tp or DEFAULT_TP
     check_tp(model, (tp,), "--tp")
+    check_above_token_floor(min(samples.seconds), model, gpu, tp, args.samples)
     contexts, at = _contexts(args, samples)
     if len(set(samples.batches)) < 2:
         # The fit would be the napkin's proportions scaled to one point (R² about 0): the calibration the

@@ -202,8 +202,12 @@ def _f(value: float | None, fmt: str, scale: float = 1.0) -> str:
 
 def _print(snap: Snapshot, observations: list[Observation], fits: dict[Any, Any]) -> None:
     console = Console(width=150)
-    console.print(f"source {snap.source}: {snap.queries} queries, "
-                  f"{'ok' if snap.available else f'{snap.fault.value}: {snap.message}'}")
+    faulty = sum(not o.available for o in observations)
+    # The source can answer while every pod behind it is unreachable (the pods source has no server of
+    # its own): "ok" then would contradict every line below it.
+    state = (f"{snap.fault.value}: {snap.message}" if not snap.available
+             else f"{faulty} of {len(observations)} deployment(s) not trusted" if faulty else "ok")
+    console.print(f"source {snap.source}: {snap.queries} queries, {state}")
     if not observations and snap.available:
         console.print("no deployments with engine metrics found")
     for obs in observations:

@@ -20,6 +20,7 @@ from infertune.api.schema import (
 )
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
+    check_above_token_floor,
     check_tp,
     dump_json,
     number,
@@ -140,10 +141,17 @@ def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
 
 
 def _check_fit_tp(args: argparse.Namespace, request: PlanRequest) -> PlanRequest:
-    """A fit measured at a TP the plan does not consider would be dropped without a word."""
-    if (args.fit or args.samples) and args.fit_tp not in request.tp_sizes:
+    """A fit measured at a TP the plan does not consider would be dropped without a word, and one faster
+    than the model can run at that TP would be planned on."""
+    if not (args.fit or args.samples):
+        return request
+    if args.fit_tp not in request.tp_sizes:
         raise UserError(f"--fit-tp: {args.fit_tp} is not one of the TP sizes planned "
                         f"({', '.join(str(t) for t in request.tp_sizes)}), so the fit would be ignored")
+    given = request.fits[args.fit_tp]
+    assert isinstance(given, SampleSet | LinearFit)  # what `_fits` reads from the flags
+    fastest = min(given.seconds) if isinstance(given, SampleSet) else given.per_pass(1.0)
+    check_above_token_floor(fastest, request.model, request.gpu, args.fit_tp, "--fit" if args.fit else "--samples")
     return request
 
 

@@ -22,6 +22,7 @@ from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec, parse
 from infertune.commands._inputs import number, parse_json, path
 from infertune.errors import UserError
 from infertune.planner.request import Resolved, resolve, starting_layout
+from infertune.planner.types import Layout, PlanRequest
 from infertune.textfile import read_text
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
@@ -184,6 +185,21 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=handle)
 
 
+def _check_the_resource_allows(args: argparse.Namespace, request: PlanRequest, layout: Layout) -> None:
+    """A layout the flags ask for that the operator would never apply to this resource is refused, as a
+    TP it does not allow is: the command prints what the operator would apply."""
+    if args.max_num_seqs is not None and not request.concurrency_min <= args.max_num_seqs <= request.concurrency_max:
+        raise UserError(f"--max-num-seqs: {args.max_num_seqs} is outside the resource's spec.tuning.concurrency "
+                        f"({request.concurrency_min}..{request.concurrency_max})")
+    if args.replicas is not None and args.replicas > request.replicas_max:
+        raise UserError(f"--replicas: {args.replicas} is more than the resource's spec.tuning.replicas.max "
+                        f"({request.replicas_max})")
+    if (args.replicas is not None or args.tp is not None) and request.pool_gpus is not None \
+            and layout.gpus > request.pool_gpus:
+        raise UserError(f"--replicas: {layout.replicas} x TP{layout.tensor_parallel_size} is {layout.gpus} GPUs, more "
+                        f"than the resource's spec.hardware.poolGpus ({request.pool_gpus})")
+
+
 def handle(args: argparse.Namespace) -> int:
     resource, resolved = resolve_file(args)
     layout, _ = starting_layout(resolved, time.time())
@@ -194,6 +210,7 @@ def handle(args: argparse.Namespace) -> int:
     layout = replace(layout, tensor_parallel_size=args.tp or layout.tensor_parallel_size,
                      max_num_seqs=args.max_num_seqs or layout.max_num_seqs,
                      replicas=layout.replicas if args.replicas is None else args.replicas)
+    _check_the_resource_allows(args, request, layout)
     meta = resource.get("metadata") or {}
     owner = Owner(str(meta.get("name", "unnamed")), str(meta.get("namespace", "default")),
                   str(meta.get("uid", PLACEHOLDER_UID)))

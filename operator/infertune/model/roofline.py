@@ -69,6 +69,25 @@ class PassBytes:
         return self.routed_experts + self.shared_weights + self.kv_reads
 
 
+# Tokens one stream may gain per pass with speculative decoding: vLLM's n-gram and EAGLE drafts
+# propose up to a handful; this is well above any configuration seen.
+DRAFT_TOKENS_PER_PASS = 16
+
+
+def pass_floor_seconds(model: ModelProfile, gpu: GpuSpec, tp: int) -> float:
+    """The shortest a decode pass can physically be at TP `tp`: every active weight read once at the
+    full HBM bandwidth of the group, nothing else."""
+    active_bytes = model.active_params * model.weight_bytes_per_param
+    return active_bytes / (max(tp, 1) * gpu.hbm_bandwidth)
+
+
+def token_floor_seconds(model: ModelProfile, gpu: GpuSpec, tp: int) -> float:
+    """The shortest time per output token any measurement at TP `tp` may report: the pass floor shared by
+    the most tokens speculative decoding gains in one pass. A load test or sample faster than this is a
+    unit slip (seconds written as ms, or a pass of another model), not a fast engine."""
+    return pass_floor_seconds(model, gpu, tp) / DRAFT_TOKENS_PER_PASS
+
+
 def unique_experts(routed: int, per_token: int, batch: Batch) -> Batch:
     """Distinct experts a batch touches in one layer: E x (1 - (1 - k/E)^B), the occupancy problem."""
     if routed <= 0:

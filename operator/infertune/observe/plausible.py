@@ -22,21 +22,12 @@ from dataclasses import dataclass, field
 
 from infertune.api.observation import MetricsFault, Observation
 from infertune.model.catalog import GpuSpec, ModelProfile
+from infertune.model.roofline import DRAFT_TOKENS_PER_PASS, pass_floor_seconds
 from infertune.observe.figures import DeploymentKey, ReplicaLimits
 
-# Tokens one stream may gain per pass with speculative decoding: vLLM's n-gram and EAGLE drafts
-# propose up to a handful; this is well above any configuration seen.
-DRAFT_TOKENS_PER_PASS = 16
 # The requests a stream may finish in one pass: one (a request needs at least one pass to produce
 # its first token); doubled as a margin for windows that end mid-pass.
 REQUEST_MARGIN = 2.0
-
-
-def pass_floor_seconds(model: ModelProfile, gpu: GpuSpec, tp: int) -> float:
-    """The shortest a decode pass can physically be at TP `tp`: every active weight read once at the
-    full HBM bandwidth of the group, nothing else."""
-    active_bytes = model.active_params * model.weight_bytes_per_param
-    return active_bytes / (max(tp, 1) * gpu.hbm_bandwidth)
 
 
 def replica_limits(model: ModelProfile, gpu: GpuSpec, tp_sizes: Iterable[int], max_num_seqs: int) -> ReplicaLimits:
