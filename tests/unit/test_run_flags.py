@@ -30,6 +30,11 @@ from infertune.commands import run
     # PromQL refuses fractional ranges: caught here rather than as a failed query on every poll.
     (["--metrics-window=1.5m"], "--metrics-window: '1.5m' is not a PromQL range"),
     (["--metrics-window=0s"], "--metrics-window: '0s' is a range of zero"),
+    # kopf reads the liveness endpoint only once started, and fails in its probe task.
+    (["--liveness=::::"], "--liveness '::::': must be an http:// URL"),
+    (["--liveness=https://0.0.0.0:8080/healthz"], "must be an http:// URL"),
+    (["--liveness=http://0.0.0.0:99999/healthz"], "the port must be a number from 0 to 65535"),
+    (["--liveness=http://0.0.0.0:8080"], "needs a path such as /healthz"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_2(argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", *argv]) == 2

@@ -11,13 +11,14 @@ import logging
 import os
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import kopf
 import structlog
 
-from infertune.api.formats import DATA_KEY
+from infertune.api.formats import DATA_KEY, shown
 from infertune.api.names import is_namespace_name, is_object_name
 from infertune.commands._inputs import cluster_client, number, written_number
 from infertune.controller import OperatorContext, build_registry
@@ -80,6 +81,9 @@ def _checked(args: argparse.Namespace) -> None:
         raise UserError(f"--metrics-window: {exc}") from None
     if not 0 <= args.metrics_port <= 65535:
         raise UserError(f"--metrics-port must be 0..65535, got {args.metrics_port}")
+    why = _liveness_refusal(args.liveness)
+    if why is not None:
+        raise UserError(f"--liveness {shown(args.liveness)}: {why}")
     for ns in args.namespace:
         if not is_namespace_name(ns):
             raise UserError(f"--namespace {ns!r} is not a namespace name (lower-case DNS label)")
@@ -94,6 +98,21 @@ def _checked(args: argparse.Namespace) -> None:
             raise UserError(f"--prometheus-token-secret {args.prometheus_token_secret!r} is not a Secret name")
         if DATA_KEY.refusal(args.prometheus_token_key) is not None:
             raise UserError(f"--prometheus-token-key {args.prometheus_token_key!r} is not a Secret key")
+
+
+def _liveness_refusal(endpoint: str) -> str | None:
+    """Why kopf could not serve its liveness probe at `endpoint`, or None. kopf reads it only once the
+    operator has started (an "Unsupported scheme" or a port error in its probe task), so it is read here."""
+    parts = urllib.parse.urlsplit(endpoint)
+    try:
+        parts.port  # noqa: B018 - the property raises on a port that is not 0..65535
+    except ValueError:
+        return "the port must be a number from 0 to 65535"
+    if parts.scheme != "http" or not parts.netloc:
+        return "must be an http:// URL, e.g. http://0.0.0.0:8080/healthz"
+    if not parts.path.startswith("/") or parts.query or parts.fragment:
+        return "needs a path such as /healthz, and no query or fragment"
+    return None
 
 
 def own_namespace() -> str:
