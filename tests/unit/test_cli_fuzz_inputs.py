@@ -146,6 +146,6 @@ def test_plan_takes_no_larger_a_pool_than_a_resource_may_state(capsys: pytest.Ca
     """`spec.hardware.poolGpus` stops at 131,072 (api/schema.py POOL_GPUS_MAX); `plan --pool-gpus` took up to
     1,000,000, so the same deployment planned from flags and from its resource disagreed on what is valid."""
     code, _, err = run(capsys, "plan", "--pool-gpus", "131073")
-    assert code == 2 and "--pool-gpus" in err and "131072" in err and "Traceback" not in err, err
+    assert code == 2 and "--pool-gpus" in err and "131,072" in err and "Traceback" not in err, err
     code, out, _ = run(capsys, "plan", "--pool-gpus", "131072", "--output", "json")
     assert code == 0 and '"feasible"' in out

@@ -43,6 +43,9 @@ def strict_json(text: str) -> Any:
     (["plan", "--demand-rps", "inf"], "--demand-rps"),
     (["plan", "--demand-rps", "1e12"], "--demand-rps"),
     (["plan", "--demand-rps", "-1"], "--demand-rps"),
+    # A bound reads as a person writes it, not 4.29497e+09.
+    (["plan", "--demand-rps", "2e6"], "from 0 to 1,000,000"),
+    (["demo", "--seed", "-1"], "from 0 to 4,294,967,295"),
     (["plan", "--max-concurrency", "100000"], "--max-concurrency"),
     (["plan", "--kv-headroom", "nan"], "--kv-headroom"),
     (["plan", "--model", "kimi-k2.6", "--tp", "3"], "--tp"),

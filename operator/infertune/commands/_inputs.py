@@ -40,6 +40,11 @@ def path(value: str) -> Path:
     return Path(value)
 
 
+def _bound(value: float) -> str:
+    """A flag's bound as a person reads it: 4,294,967,295 rather than 4.29497e+09, and 0.1 as 0.1."""
+    return f"{value:,.12g}"
+
+
 def number(low: float | None = None, high: float | None = None, *, integer: bool = False,
            above: bool = False, unit: str = "") -> Callable[[str], Any]:
     """An argparse `type`: a finite number (an integer with `integer`) in [low, high] (low excluded with
@@ -47,10 +52,11 @@ def number(low: float | None = None, high: float | None = None, *, integer: bool
     def describe() -> str:
         kind = "an integer" if integer else "a number"
         if low is not None and high is not None:
-            return f"{kind} {'above' if above else 'from'} {low:g} {'up to' if above else 'to'} {high:g}{unit}"
+            return (f"{kind} {'above' if above else 'from'} {_bound(low)} {'up to' if above else 'to'} "
+                    f"{_bound(high)}{unit}")
         if low is not None:
-            return f"{kind} {'above' if above else 'of at least'} {low:g}{unit}"
-        return f"{kind} of at most {high:g}{unit}" if high is not None else f"a finite {kind.split()[-1]}"
+            return f"{kind} {'above' if above else 'of at least'} {_bound(low)}{unit}"
+        return f"{kind} of at most {_bound(high)}{unit}" if high is not None else f"a finite {kind.split()[-1]}"
 
     def parse(text: str) -> Any:
         value = plain_number(text, integer=integer)
