@@ -23,6 +23,8 @@ from infertune.commands import run
     (["--prometheus-token-secret=tok"], "--prometheus-token-secret needs --prometheus-url"),
     (["--prometheus-url=http://p:9090", "--prometheus-token-secret=tok", "--prometheus-token-key=a b"],
      "--prometheus-token-key 'a b' is not a Secret key"),
+    # A key with no Secret to read it from was ignored without a word.
+    (["--prometheus-token-key=bearer"], "--prometheus-token-key needs --prometheus-token-secret"),
     (["--cycle-seconds=nan"], "--cycle-seconds and --poll-seconds must be positive"),
     (["--poll-seconds=inf"], "--cycle-seconds and --poll-seconds must be positive"),
     (["--poll-seconds=-1"], "--cycle-seconds and --poll-seconds must be positive"),

@@ -33,6 +33,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 # than once a day would never tune (NaN, compared with either, fails both).
 INTERVAL_MIN_SECONDS = 0.1
 INTERVAL_MAX_SECONDS = 86_400.0
+# The key of the token in --prometheus-token-secret unless --prometheus-token-key names another.
+DEFAULT_TOKEN_KEY = "token"
 
 
 def register(sub: Any) -> None:
@@ -53,8 +55,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--prometheus-token-secret", metavar="NAME",
                         help="Secret in the operator's own namespace (POD_NAMESPACE) holding the bearer token for "
                              "--prometheus-url; read on every poll, so a rotated token is picked up")
-    parser.add_argument("--prometheus-token-key", default="token", metavar="KEY",
-                        help="key of the token in that Secret")
+    parser.add_argument("--prometheus-token-key", default=None, metavar="KEY",
+                        help=f"key of the token in that Secret (default: {DEFAULT_TOKEN_KEY})")
     parser.add_argument("--cycle-seconds", type=written_number(), default=30.0, help="tuning timer interval")
     parser.add_argument("--poll-seconds", type=written_number(), default=15.0, help="metrics poll interval")
     parser.add_argument("--metrics-window", default=DEFAULT_METRICS_WINDOW,
@@ -96,8 +98,10 @@ def _checked(args: argparse.Namespace) -> None:
             raise UserError("--prometheus-token-secret needs --prometheus-url (the token is for that Prometheus)")
         if not is_object_name(args.prometheus_token_secret):
             raise UserError(f"--prometheus-token-secret {args.prometheus_token_secret!r} is not a Secret name")
-        if DATA_KEY.refusal(args.prometheus_token_key) is not None:
+        if DATA_KEY.refusal(_token_key(args)) is not None:
             raise UserError(f"--prometheus-token-key {args.prometheus_token_key!r} is not a Secret key")
+    elif args.prometheus_token_key is not None:
+        raise UserError("--prometheus-token-key needs --prometheus-token-secret (the Secret the key is read from)")
 
 
 def _liveness_refusal(endpoint: str) -> str | None:
@@ -113,6 +117,10 @@ def _liveness_refusal(endpoint: str) -> str | None:
     if not parts.path.startswith("/") or parts.query or parts.fragment:
         return "needs a path such as /healthz, and no query or fragment"
     return None
+
+
+def _token_key(args: argparse.Namespace) -> str:
+    return DEFAULT_TOKEN_KEY if args.prometheus_token_key is None else str(args.prometheus_token_key)
 
 
 def own_namespace() -> str:
@@ -151,7 +159,7 @@ def configure_logging(log_format: str, level: str) -> None:
 def handle(args: argparse.Namespace) -> int:
     _checked(args)
     token = None if args.prometheus_token_secret is None else (
-        "Secret", own_namespace(), args.prometheus_token_secret, args.prometheus_token_key)
+        "Secret", own_namespace(), args.prometheus_token_secret, _token_key(args))
     configure_logging(args.log_format, "debug" if args.verbose else args.log_level)
     allowed = AllowList.parse(args.allowed_prometheus_url)
     source = None
