@@ -196,7 +196,8 @@ def _check_the_resource_allows(args: argparse.Namespace, request: PlanRequest, l
                         f"({request.replicas_max})")
     if (args.replicas is not None or args.tp is not None) and request.pool_gpus is not None \
             and layout.gpus > request.pool_gpus:
-        raise UserError(f"--replicas: {layout.replicas} x TP{layout.tensor_parallel_size} is {layout.gpus} GPUs, more "
+        flag = "--replicas" if args.replicas is not None else "--tp"  # the flag that made the layout too large
+        raise UserError(f"{flag}: {layout.replicas} x TP{layout.tensor_parallel_size} is {layout.gpus} GPUs, more "
                         f"than the resource's spec.hardware.poolGpus ({request.pool_gpus})")
 
 
