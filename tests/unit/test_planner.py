@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +13,7 @@ from infertune.model import LinearFit, load_gpu, load_model, workload_preset
 from infertune.model.perf import PerformanceModel
 from infertune.model.workload import Workload
 from infertune.planner import Layout, PlanRequest, SloTarget, Verdict, plan
+from infertune.planner.plan import _REPLICAS_CAP, _replicas_for
 
 KIMI = load_model("kimi-k2.6")
 B200 = load_gpu("b200")
@@ -240,3 +242,11 @@ def test_the_hedge_on_an_unmeasured_pass_changes_the_count_never_the_shape(monke
     assert hedged is not None and bare is not None
     assert (hedged.tensor_parallel_size, hedged.max_num_seqs) == (bare.tensor_parallel_size, bare.max_num_seqs)
     assert hedged.replicas > bare.replicas
+
+
+def test_a_replica_count_past_any_pool_is_capped_not_wrapped() -> None:
+    """np.ceil(demand / rate) cast to int64 wraps past 2**63: a demand of 1e18 req/s once sized one replica.
+    A count past any pool only says "short", and a row that carries nothing is never sized on a division by 0."""
+    counts = _replicas_for(1e18, np.array([2.5, 1e-9, 0.0, float("nan")]))
+    assert counts.tolist() == [_REPLICAS_CAP] * 4
+    assert _replicas_for(7.0, np.array([2.5, 7.0, 0.35])).tolist() == [3, 1, 20]

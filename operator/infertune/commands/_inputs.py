@@ -24,7 +24,7 @@ from infertune.api.schema import CONTEXT_TOKENS_MAX
 from infertune.api.spec import PASS_MS_RANGE
 from infertune.errors import UserError
 from infertune.model import GpuSpec, ModelProfile, load_model, profile_from_hf_config
-from infertune.model.roofline import token_floor_seconds
+from infertune.model.roofline import faster_than_floor
 from infertune.planner.request import tp_refusal
 from infertune.textfile import JsonPastLimits, csv_problem, load_json, read_text
 
@@ -230,13 +230,10 @@ def check_tp(model: ModelProfile, sizes: tuple[int, ...], flag: str) -> None:
 
 
 def check_above_token_floor(fastest_s: float, model: ModelProfile, gpu: GpuSpec, tp: int, where: str) -> None:
-    """A measured pass faster than the model can decode at `tp` (model/roofline.py `token_floor_seconds`) is
-    a unit slip or another model's, and a plan on it would rate a replica thousands of times too fast."""
-    floor = token_floor_seconds(model, gpu, tp)
-    if fastest_s < floor:
-        raise UserError(f"{where}: a pass of {fastest_s * 1e3:.3g} ms is faster than {model.name} can decode at "
-                        f"TP{tp} on {gpu.name} (at least {floor * 1e3:.3g} ms: its active weights read once a pass, "
-                        "shared by the most tokens speculative decoding gains); check the unit (ms) and the model")
+    """A measured pass faster than the model can decode at `tp` is a unit slip or another model's."""
+    too_fast = faster_than_floor(fastest_s, model, gpu, tp)
+    if too_fast is not None:
+        raise UserError(f"{where}: {too_fast}")
 
 
 @dataclass(frozen=True)

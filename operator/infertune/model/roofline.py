@@ -88,6 +88,17 @@ def token_floor_seconds(model: ModelProfile, gpu: GpuSpec, tp: int) -> float:
     return pass_floor_seconds(model, gpu, tp) / DRAFT_TOKENS_PER_PASS
 
 
+def faster_than_floor(fastest_s: float, model: ModelProfile, gpu: GpuSpec, tp: int) -> str | None:
+    """Why a measured pass of `fastest_s` cannot be this model's at TP `tp` (`token_floor_seconds`), or None;
+    a plan on it would rate a replica many times too fast. The words every reader of a measurement refuses in."""
+    floor = token_floor_seconds(model, gpu, tp)
+    if fastest_s >= floor:
+        return None
+    return (f"a pass of {fastest_s * 1e3:.3g} ms is faster than {model.name} can decode at TP{tp} on {gpu.name} "
+            f"(at least {floor * 1e3:.3g} ms: its active weights read once a pass, shared by the most tokens "
+            "speculative decoding gains); check the unit (ms) and the model")
+
+
 def unique_experts(routed: int, per_token: int, batch: Batch) -> Batch:
     """Distinct experts a batch touches in one layer: E x (1 - (1 - k/E)^B), the occupancy problem."""
     if routed <= 0:

@@ -33,7 +33,7 @@ from infertune.model import (
 )
 from infertune.model.catalog import validate_profile
 from infertune.model.forecast import BURST_QUANTILE
-from infertune.model.roofline import token_floor_seconds
+from infertune.model.roofline import faster_than_floor
 from infertune.planner.plan import Plan, plan
 from infertune.planner.types import Guardrails, Layout, PlanRequest, SloTarget
 from infertune.textfile import JsonPastLimits, load_json
@@ -215,12 +215,9 @@ def _load_test_fits(spec: InferenceDeploymentSpec, model: ModelProfile, gpu: Gpu
             raise SpecError(f"{where}.tensorParallelSize: {why}")
         context = float(test.context_tokens or 0)  # 0: the workload's context, as for a live sample
         seconds = tuple(parse_decimal(p.per_pass_ms, f"{where}.points.perPassMs") / 1000 for p in test.points)
-        floor = token_floor_seconds(model, gpu, test.tensor_parallel_size)
-        if min(seconds) < floor:
-            raise SpecError(f"{where}.points.perPassMs: {min(seconds) * 1e3:.3g} ms is faster than {model.name} can "
-                            f"decode at TP{test.tensor_parallel_size} on {gpu.name} (at least {floor * 1e3:.3g} ms: "
-                            "its active weights read once a pass, shared by the most tokens speculative decoding "
-                            "gains); check the unit (ms) and the model")
+        too_fast = faster_than_floor(min(seconds), model, gpu, test.tensor_parallel_size)
+        if too_fast is not None:
+            raise SpecError(f"{where}.points.perPassMs: {too_fast}")
         samples = SampleSet(tuple(float(p.batch) for p in test.points), seconds,
                             tuple(context for _ in test.points), tuple(1.0 for _ in test.points))
         perf = PerformanceModel(model, gpu, workload, fits={test.tensor_parallel_size: samples})
