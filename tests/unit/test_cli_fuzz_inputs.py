@@ -135,6 +135,23 @@ def test_an_empty_path_is_refused_not_read_as_the_current_directory(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argv", [
+    ["crds", "--out", "-"],
+    ["crds", "--reference", "-"],
+    ["bench", "--scenario", "drop", "--duration", "60", "--policies", "static", "--report", "-"],
+    ["demo", "--report", "-"],
+    ["plan", "-f", "-"],
+])
+def test_a_dash_is_refused_not_taken_as_a_file_named_dash(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    """`crds --out -` wrote the CRDs into a new directory called "-", where by habit "-" means stdout."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv)
+    assert out == ""
+    assert code == 2 and "not standard input or output" in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("levels", ["1,,2", "1,2,", "\u0663", "4,\u0668"])
 def test_a_list_of_integers_not_plainly_written_is_refused(capsys: pytest.CaptureFixture[str], levels: str) -> None:
     """Empty items were skipped ("1,,2" swept 1 and 2) and other scripts' digits read as numbers."""

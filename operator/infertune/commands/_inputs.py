@@ -37,6 +37,11 @@ def path(value: str) -> Path:
     value (a shell variable that expanded to nothing) would read or write there unasked."""
     if not value.strip():
         raise argparse.ArgumentTypeError("an empty path; name the file or directory")
+    if value == "-":
+        # By Unix habit "-" is standard input or output, which no path flag here reads or writes: taken
+        # as a name it made `crds --out -` write a directory called "-". A file really named so is "./-".
+        raise argparse.ArgumentTypeError("'-' is not standard input or output here; name the file or directory "
+                                         "(./- for one called '-'), or leave the flag out where it is optional")
     return Path(value)
 
 
