@@ -42,9 +42,14 @@ def test_beyond_the_samples_the_floor_is_judged_at_the_slow_end():
     floor = (point + slow) / 2  # the point clears it, the slow end does not
     result = plan(request(floor), None, now=0.0)
     row = next(x for x in result.candidates() if x.max_num_seqs == c)
-    assert not row.feasible and row.pessimistic
-    assert row.reason.startswith("StreamTPSBelowSLO") and "slow end" in row.reason
+    # Not at the floor with every slot busy: c=20 is kept only as a cap whose slots past the streams that
+    # keep the floor take bursts (candidates.py), sized to run fewer than 20 at once.
+    assert row.pessimistic and not row.reason.startswith("Feasible: meets the SLO")
+    assert row.reason.startswith("Feasible: sized at") and f"more than {c} streams" not in row.reason
     assert row.per_pass_low_seconds < row.per_pass_seconds < row.per_pass_high_seconds
+    # Judged on the point alone it would keep the floor at every slot: the slow end is what decided.
+    at_the_slow_end = next(x for x in plan(request(slow * 0.999), None, now=0.0).candidates() if x.max_num_seqs == c)
+    assert at_the_slow_end.reason == "Feasible: meets the SLO below the KV headroom line"
 
 
 def test_inside_the_samples_the_measured_point_stands():

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from infertune.model.queueing import (
     TABLE_MAX_SLOTS,
     _busy_by_bisection,
+    busy_distribution,
     erlang_c,
+    load_keeping_streams,
     sustainable_rates,
     wait_exceedance,
 )
@@ -123,3 +125,22 @@ def test_every_tp_at_once_gets_what_each_tp_gets_alone():
     for row, single in zip(together, alone, strict=True):
         assert row == pytest.approx(single, rel=1e-12)
     assert len({round(float(r[63]), 6) for r in together}) == 3  # the rows really differ
+
+
+@settings(max_examples=60, deadline=None)
+@given(servers=st.integers(2, 256), fraction=st.floats(0.05, 0.95), share=st.sampled_from([0.01, 0.05, 0.2]))
+def test_the_load_keeping_streams_is_the_most_that_keeps_them_that_often(servers, fraction, share):
+    """At the load found, more than `streams` slots are busy `share` of the time; 1% more load, more often."""
+    streams = max(1, min(servers - 1, round(servers * fraction)))
+    load = float(load_keeping_streams(np.array([servers]), np.array([streams]), share)[0])
+    def above(at: float) -> float:
+        return float(busy_distribution(np.array([servers]), np.array([at]), servers)[0][streams + 1:].sum())
+    assert 0.0 < load < servers
+    assert above(load) <= share + 1e-6
+    assert above(load * 1.01) > share
+
+
+def test_more_streams_allowed_or_more_often_means_more_load():
+    loads = load_keeping_streams(np.array([48, 48, 48]), np.array([12, 24, 24]), 0.05)
+    assert loads[0] < loads[1]
+    assert float(load_keeping_streams(np.array([48]), np.array([24]), 0.2)[0]) > loads[1]

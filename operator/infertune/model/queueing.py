@@ -237,3 +237,19 @@ def busy_distribution(servers: npt.NDArray[np.int64], load: FloatArray, most: in
     probabilities *= (1.0 - waits)[..., None]
     at_cap = n == servers[..., None]
     return np.where(at_cap, waits[..., None], probabilities)
+
+
+def load_keeping_streams(servers: npt.NDArray[np.int64], streams: npt.NDArray[np.int64],
+                         share: float) -> FloatArray:
+    """The largest load (Erlangs) at which M/M/c with `servers` slots has more than `streams` of them busy
+    no more than `share` of the time, for each pair; 0 where even one busy slot is too many that often.
+    Bisection, since that share only rises with the load; to `_BISECTION_STEPS` of the servers' count."""
+    servers, streams = np.broadcast_arrays(np.asarray(servers, dtype=np.int64), np.asarray(streams, dtype=np.int64))
+    most = int(servers.max(initial=0))
+    above = np.arange(most + 1) > streams[..., None]
+    low, high = np.zeros(servers.shape), servers.astype(float)
+    for _ in range(_BISECTION_STEPS):
+        middle = (low + high) / 2.0
+        keeps = (busy_distribution(servers, middle, most) * above).sum(axis=-1) <= share
+        low, high = np.where(keeps, middle, low), np.where(keeps, high, middle)
+    return low
