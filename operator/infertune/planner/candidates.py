@@ -26,9 +26,11 @@ A cap above the most streams that keep the floor (`floor_streams`) is feasible a
 burst at once, at a slower decode, instead of queueing it for a pod that is still loading, when those
 slots are safe to fill (every slot busy, the working set's p95 stays under the KV line). Such a row
 is sized at the rate at which more than `floor_streams` streams run no more than STREAM_FLOOR_RISK of
-the time, so at its sized load it keeps the floor as the smaller cap does, on a few per cent more
-replicas. A chat draw with 6x bursts on a quiet fleet (random seed 606, docs/bench.md) went from
-83.25% to 100% this way: static TP4 c=48 x2 reached 100% on 8 GPU-h where infertune's c=23 queued.
+the time, so at its sized load it keeps the floor as the smaller cap does, below that cap's own rate:
+no more replicas where one or two carry the demand, up to a quarter more GPU-hours on a busy one-shot
+chat fleet (docs/bench.md, History, "A cap past the floor takes the burst"). A chat draw with 6x
+bursts on a quiet fleet (random seed 606) went from 83.25% to 100% this way: static TP4 c=48 x2 reached
+100% on 8 GPU-h where infertune's c=23 queued.
 
 Where a fit of the TP predicts beyond the batches it sampled, the per-pass time is an interval, not a
 point, and the planner takes its slow end for the two judgements a wrong guess would hurt: the
