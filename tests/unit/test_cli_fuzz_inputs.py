@@ -115,40 +115,33 @@ def test_a_context_spread_of_zero_or_a_measurable_one_is_planned(capsys: pytest.
 
 
 # --- empty paths and loose lists ---------------------------------------------------------------------
-@pytest.mark.parametrize("argv", [
-    ["crds", "--out", ""],
-    ["crds", "--reference", ""],
-    ["bench", "--scenario", "drop", "--duration", "60", "--policies", "static", "--report", ""],
-    ["demo", "--report", ""],
-    ["plan", "-f", ""],
-    ["render", "-f", ""],
-    ["explain", "x", "-f", ""],
-])
-def test_an_empty_path_is_refused_not_read_as_the_current_directory(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
-    """`Path("")` is ".": `crds --out ""` (a shell variable that expanded to nothing) wrote the CRDs into
-    whatever directory the command ran in, exit 0."""
-    monkeypatch.chdir(tmp_path)
-    code, out, err = run(capsys, *argv)
-    assert out == ""
-    assert code == 2 and "an empty path" in err and "Traceback" not in err, err
-    assert list(tmp_path.iterdir()) == []
+# Every path flag, with its value last.
+PATH_FLAGS = [
+    ["crds", "--out"],
+    ["crds", "--reference"],
+    ["bench", "--scenario", "drop", "--duration", "60", "--policies", "static", "--report"],
+    ["demo", "--report"],
+    ["plan", "-f"],
+    ["render", "-f"],
+    ["explain", "x", "-f"],
+]
 
 
-@pytest.mark.parametrize("argv", [
-    ["crds", "--out", "-"],
-    ["crds", "--reference", "-"],
-    ["bench", "--scenario", "drop", "--duration", "60", "--policies", "static", "--report", "-"],
-    ["demo", "--report", "-"],
-    ["plan", "-f", "-"],
-])
-def test_a_dash_is_refused_not_taken_as_a_file_named_dash(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
-    """`crds --out -` wrote the CRDs into a new directory called "-", where by habit "-" means stdout."""
+@pytest.mark.parametrize(("value", "refusal"), [
+    # `Path("")` is ".": `crds --out ""` (a shell variable that expanded to nothing) wrote the CRDs into
+    # whatever directory the command ran in, exit 0.
+    ("", "an empty path"),
+    # `crds --out -` wrote them into a new directory called "-", where by habit "-" means stdout.
+    ("-", "not standard input or output"),
+], ids=["empty", "dash"])
+@pytest.mark.parametrize("argv", PATH_FLAGS, ids=lambda argv: f"{argv[0]} {argv[-1]}")
+def test_a_path_that_names_no_file_is_refused_and_nothing_is_written(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str],
+        value: str, refusal: str) -> None:
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(capsys, *argv)
+    code, out, err = run(capsys, *argv, value)
     assert out == ""
-    assert code == 2 and "not standard input or output" in err and "Traceback" not in err, err
+    assert code == 2 and refusal in err and "Traceback" not in err, err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -334,9 +334,9 @@ def _burst_slots(request: PlanRequest, grid: LayoutGrid, cols: dict[str, list[Fl
     load = load_keeping_streams(caps[rows].astype(np.int64), np.full(rows.size, streams), STREAM_FLOOR_RISK)
     # Held for as long as `streams` running streams take: the batch the rate keeps them to.
     lowered = np.minimum(rates[rows], load / float(grid.e2e_seconds[most]))
-    served = rows[lowered > 0]
-    point[served] *= lowered[lowered > 0] / rates[served]
-    rates[served] = lowered[lowered > 0]
+    served, lowered = rows[lowered > 0], lowered[lowered > 0]
+    point[served] *= lowered / rates[served]
+    rates[served] = lowered
     verdict[served] = Verdict.FEASIBLE
     cols["short"][k][served] = 0.0
     floor_streams[served] = streams
