@@ -85,8 +85,8 @@ def test_the_oracle_meets_the_sla_and_static_pays_for_the_peak(spike: dict[str, 
 @pytest.mark.xfail(strict=True, reason="since the fit's batch is read from the inter-token sum (14e8c53) the operator "
                                        "stays on TP4 c=5-6 through this 2-hour spike at 106-120 GPU-h (99.7-99.9%): "
                                        "keda-queue spends 96.1 at 80.93%: TP8 c=16, the oracle's shape, is predicted "
-                                       "22% slow from TP4's small-batch windows and never tried (docs/bench.md, "
-                                       "History)")
+                                       "22% slow from TP4's small-batch windows and never tried "
+                                       "(docs/bench-history.md)")
 def test_infertune_uses_fewer_gpu_hours_than_keda_at_no_worse_attainment(spike: dict[str, Any]) -> None:
     ours, keda = spike["policies"]["infertune"], spike["policies"]["keda-queue"]
     assert ours["gpu_hours"] < keda["gpu_hours"]

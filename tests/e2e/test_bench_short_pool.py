@@ -1,8 +1,8 @@
 """A pool too small for the step: the operator's own reconciler on the 2-hour spike with the GPUs it may
 use (`spec.hardware.poolGpus`) cut to 36, while the traffic stays sized for 64. The 3x step then fills
 the pool, pods preempt, and every move away costs serving pods for a model load a wave. What must hold
-is that the operator does not make that worse than staying: before the full-pool fixes (docs/bench.md,
-History, "A full pool under a step") this run reached 49.8% TTFT with 1,160 s past the cliff, as it
+is that the operator does not make that worse than staying: before the full-pool fixes (docs/bench-history.md,
+"A full pool under a step") this run reached 49.8% TTFT with 1,160 s past the cliff, as it
 shed pods for a shape that carries half as much, or rolled one pod per load for over two hours.
 """
 

@@ -280,7 +280,7 @@ def test_a_queue_that_stands_for_minutes_is_remembered_as_the_rate_that_arrived_
     "(model/forecast.py rising, a line through each poll's mean prompt, tested at t >= 2 every cycle and "
     "carried one load ahead by the low end of its band) stands alone and passes by chance on a quiet night: "
     "2-8 of 659 cycles plan a prompt 1.25x the true mean or more, up to 1.6x (21-49 and up to 3.0x carried by "
-    "the line itself; docs/bench.md, History: the week's 8.6-hour TP8 c=5 hold began so)"))
+    "the line itself; docs/bench-history.md: the week's 8.6-hour TP8 c=5 hold began so)"))
 def test_a_steady_prompt_read_from_a_few_completions_a_poll_is_not_planned_as_growing():
     # Six quiet hours: one to three completions a 15 s poll, prompts lognormal around 80K (mean 90.6K),
     # no trend at all. A chance rise in the planned prompt declares running shapes past the cliff.

@@ -88,7 +88,7 @@ def test_a_cap_past_the_floor_takes_bursts_on_the_replicas_the_floor_sizes() -> 
     """Chat's short contexts leave TP4's KV pool nearly empty with every slot busy, so a cap past the streams
     that keep the floor is a burst's room, not a cliff: it is feasible, sized so that more streams than
     the floor allows run at most 5% of the time (a chat draw with 6x bursts on a quiet fleet went from
-    83.25% to 100% so: docs/bench.md). A coding session's contexts fill the pool long before that."""
+    83.25% to 100% so: docs/bench-history.md). A coding session's contexts fill the pool long before that."""
     request = PlanRequest(model=KIMI, gpu=B200, workload=CHAT, slo=SloTarget(min_stream_tps=FLOOR),
                           tp_sizes=(4,), concurrency_max=64, pool_gpus=64, demand_rps=1.0)
     result = plan(request, None, now=0.0)

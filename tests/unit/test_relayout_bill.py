@@ -1,6 +1,6 @@
 """A re-layout is weighed on what it costs against what it saves, both as they would fall: the rollout's
 bill counts the new pods a kept count adds, and a saving that a demand a few percent off undoes is the
-replica counts' rounding, not a reason to restart every pod (docs/bench.md, History, "The rollout's bill
+replica counts' rounding, not a reason to restart every pod (docs/bench-history.md, "The rollout's bill
 and the rounding of a saving")."""
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ BACKLOG_DRAIN_SECONDS = 60.0
 # workload grows, and a line through it passes its test (the bench's week at night: 0-3 streams on three to
 # five pods, a rise of 25-90K carried a load ahead, and a running TP4 c=7 torn down six times); one long
 # session fills a 60 s load's mean (ramp-load60: 157K with no stream running, where the level was 96K,
-# and a running TP4 c=6 torn down; docs/bench.md, History).
+# and a running TP4 c=6 torn down; docs/bench-history.md).
 FEW_STREAMS = 8.0
 
 

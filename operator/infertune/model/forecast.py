@@ -206,7 +206,7 @@ def rising(points: Sequence[DemandPoint], now: float, horizon_s: float) -> float
     None unless that is above the level now. A context carried ahead can declare the running shape past
     the KV line, and a line through a dozen noisy bins, carried a whole window ahead, passes its test by
     chance: on steady contexts with 35% noise the line planned 2x or more in 29 windows of a thousand,
-    the band's low end in 3 (docs/bench.md, History). A steady growth has a narrow band, so its low end
+    the band's low end in 3 (docs/bench-history.md). A steady growth has a narrow band, so its low end
     is near the line."""
     width = bin_seconds(horizon_s)
     bins = binned([p for p in points if now - p.time <= max(TREND_WINDOW_BINS * width, horizon_s)], width)

@@ -100,5 +100,5 @@ def all_counter_regex() -> str:
 # The arrival is read over the last scrape: Prometheus' irate(), the pods source's last poll: a step shows
 # within one scrape, where a rate over the window lags it by half the window. Read over the window, the
 # benchmark's 4-hour spike went 75 s past the cliff (0 s this way) and its random scenario 19 fell from 99.27%
-# to 95.54% TTFT within SLA (docs/bench.md, History, "The benchmark reads as the example resource reads").
+# to 95.54% TTFT within SLA (docs/bench-history.md, "The benchmark reads as the example resource reads").
 READ_OVER_ONE_SCRAPE = ("ttft_count",)

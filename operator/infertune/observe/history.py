@@ -97,7 +97,7 @@ class StreamContextPoint:
 # and the fresh prefill the TTFT is judged on is the small difference of two large means: from the two
 # dozen requests a minute held on a quiet fleet it read 30% of the prompt where one 15 s poll had read 13%,
 # and every TP4 shape turned infeasible on it (ramp-load60, a 60 s load: rolled to TP8 and held there;
-# docs/bench.md, History). A hundred requests bring a mean's error to a tenth of a request's spread.
+# docs/bench-history.md). A hundred requests bring a mean's error to a tenth of a request's spread.
 MIN_SHAPE_REQUESTS = 100.0
 
 # Fewer running streams than this over the horizon tell too little of the working set to plan on.
@@ -283,7 +283,7 @@ class PressureHistory:
         The prompt's trend runs through each poll's mean over the few requests that finished in it, and on
         a quiet night (one to three a poll, heavy-tailed) a line through those passes its test by chance
         every few dozen cycles; carried a load ahead, one such pass declared a running layout past the
-        cliff and rolled a week's fleet to a shape that could not serve the day (docs/bench.md, History).
+        cliff and rolled a week's fleet to a shape that could not serve the day (docs/bench-history.md).
         Contexts that really grow grow in the streams still running first, so the prompt is carried ahead
         by no more tokens than the working set measured over the same window grows: in tokens, not as a
         ratio, since a session's own history is what grows and the answer half-way held (and a prefix

@@ -28,7 +28,7 @@ slots are safe to fill (every slot busy, the working set's p95 stays under the K
 is sized at the rate at which more than `floor_streams` streams run no more than STREAM_FLOOR_RISK of
 the time, so at its sized load it keeps the floor as the smaller cap does, below that cap's own rate:
 no more replicas where one or two carry the demand, up to a quarter more GPU-hours on a busy one-shot
-chat fleet (docs/bench.md, History, "A cap past the floor takes the burst"). A chat draw with 6x
+chat fleet (docs/bench-history.md, "A cap past the floor takes the burst"). A chat draw with 6x
 bursts on a quiet fleet (random seed 606) went from 83.25% to 100% this way: static TP4 c=48 x2 reached
 100% on 8 GPU-h where infertune's c=23 queued.
 

@@ -83,7 +83,7 @@ def rollout_room(ctx: CheckContext, layout: Layout) -> int:
     rises. A scale-up renders the strategy anew at the surge the new count leaves room for
     (`rollout_surge`), and the Deployment keeps every old pod the higher count needs until new ones are
     ready (random scenario 208: a 5-pod rollout with a surge of 3 filled a 32-GPU pool while the demand
-    went from 1.25 to 2.94 req/s, and the fleet served on 5 pods for 840 s; docs/bench.md, History)."""
+    went from 1.25 to 2.94 req/s, and the fleet served on 5 pods for 840 s; docs/bench-history.md)."""
     most, pool = ctx.plan.sizing.replicas_max, ctx.plan.sizing.pool_gpus
     if pool is None:
         return most
@@ -164,7 +164,7 @@ def check_working_set_measured(ctx: CheckContext) -> Check:
     Nor is the working set judged before the history has measured it for a model load (after a start or
     an operator restart): a few minutes of it are a few sessions' turns. The bench's day moved from c=6 to
     c=8 at 135 s and back at 1,065 s; the 2-hour spike's seed 13 went to c=8 at 105 s and back at 1,845 s,
-    and met the spike on a fleet just rolled (docs/bench.md, History).
+    and met the spike on a fleet just rolled (docs/bench-history.md).
     For one re-layout horizon after a shape was left as unsafe, the working set is judged at no less than
     its level then: the history's 15 minutes forget a level the sessions return to, and a move back on a
     trough meets the next rise under the re-layout cooldown (random scenario 19: TP4 c=13 left with the

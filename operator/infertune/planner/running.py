@@ -67,7 +67,7 @@ def measured_working_set_holds(plan: Plan, applied: Layout, obs: Observation | N
 
     The model judges the finished requests' mean prompt, and on a quiet night that mean, over the few
     long sessions that finish in a load, swings by half again while what the running streams hold stays
-    put (91-134K against 81-92K on the bench's week, docs/bench.md, History); a re-layout on it costs a
+    put (91-134K against 81-92K on the bench's week, docs/bench-history.md); a re-layout on it costs a
     model load of double pay. Contexts that really grow grow in the running streams first, and their rise
     is carried ahead, so a growing workload still moves a load early. An engine at the cliff, or one
     without KV figures, leaves the model's verdict standing."""
