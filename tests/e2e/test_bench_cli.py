@@ -116,12 +116,15 @@ def test_a_fast_model_load_variant_runs_with_a_60_second_load() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "the same 2-hour spike drawn from seed 5 ends at 85.9% TTFT with 230 s past the cliff (66.5% and 895 s before "
-    "the napkin's start kept a margin below the KV line): the 3x step comes with 8 of 16 pods of TP4 c=6 ready, "
-    "the pool fills, and the shapes the grown contexts then need cannot roll (RelayoutWouldDropCapacity); "
-    "seeds 1-20: past the cliff on 15, under 99% on 8 (docs/bench.md, 'The spike on other seeds')"))
-def test_the_spike_drawn_from_another_seed_stays_below_the_cliff_at_the_default() -> None:
-    ours = bench(["--scenario", "spike", "--duration", "7200", "--seed", "5", "--policies", "infertune"])
+    "seed 5 ends at 85.9% TTFT with 230 s past the cliff (66.5% and 895 s before the napkin's start kept a margin "
+    "below the KV line): the 3x step comes with 8 of 16 pods of TP4 c=6 ready, the pool fills, and the shapes the "
+    "grown contexts then need cannot roll (RelayoutWouldDropCapacity). Seed 15 ends at 79.13% / 96.39%: the "
+    "preset's TP8 c=14 start is a cap past the per-stream floor since 3cba50b, kept and scaled to the whole pool "
+    "by the step (97.87% before). Seeds 1-20: past the cliff on 13, under 99% on 9 (docs/bench.md, 'The spike "
+    "on other seeds')"))
+@pytest.mark.parametrize("seed", ["5", "15"])
+def test_the_spike_drawn_from_another_seed_stays_below_the_cliff_at_the_default(seed: str) -> None:
+    ours = bench(["--scenario", "spike", "--duration", "7200", "--seed", seed, "--policies", "infertune"])
     figures = ours["policies"]["infertune"]
     assert figures["seconds_past_cliff"] == 0
     assert min(figures["sla_attainment_ttft"], figures["sla_attainment_tps"]) >= 0.99
