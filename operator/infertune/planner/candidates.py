@@ -30,7 +30,9 @@ the time, so at its sized load it keeps the floor as the smaller cap does, below
 no more replicas where one or two carry the demand, up to a quarter more GPU-hours on a busy one-shot
 chat fleet (docs/bench-history.md, "A cap past the floor takes the burst"). A chat draw with 6x
 bursts on a quiet fleet (random seed 606) went from 83.25% to 100% this way: static TP4 c=48 x2 reached
-100% on 8 GPU-h where infertune's c=23 queued.
+100% on 8 GPU-h where infertune's c=23 queued. Coding contexts meet the KV condition at TP8 only, where
+a running cap such as the preset's c=14 is then kept and scaled at its lower rate: the 2-hour spike's
+seeds 9 and 15 fell from 99.55% and 97.87% to 79% on the paths that followed (docs/bench-history.md).
 
 Where a fit of the TP predicts beyond the batches it sampled, the per-pass time is an interval, not a
 point, and the planner takes its slow end for the two judgements a wrong guess would hurt: the
