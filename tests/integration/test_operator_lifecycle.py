@@ -147,7 +147,9 @@ async def report_ready(emulator: Any, name: str, ready: int, ns: str = NS, plura
     workload = stored(emulator, plural, name, ns)
     assert workload is not None
     status = {"observedGeneration": workload["metadata"].get("generation", 1),
-              "replicas": workload["spec"]["replicas"], "updatedReplicas": ready, "readyReplicas": ready,
+              # Every pod of the one template it runs, `ready` of them ready (no rollout in progress).
+              "replicas": workload["spec"]["replicas"], "updatedReplicas": workload["spec"]["replicas"],
+              "readyReplicas": ready,
               "availableReplicas": ready}
     group_version, _, resource_plural = plural.rpartition("/")
     async with emulator.patch(f"/apis/{group_version}/namespaces/{ns}/{resource_plural}/{name}/status",

@@ -43,6 +43,23 @@ def test_workload_state_reads_a_deployment() -> None:
     assert WorkloadState.from_object({"spec": {"replicas": 1}}).ready == 0  # no status yet: none ready
 
 
+def test_a_deployment_is_mid_rollout_while_pods_of_an_older_template_live() -> None:
+    def deployment(status: dict[str, object]) -> WorkloadState:
+        return WorkloadState.from_object({"spec": {"replicas": 10}, "status": status})
+
+    # Two waves into a re-layout: 3 old pods serve beside 10 new ones, 7 of them ready. updatedReplicas
+    # (10) is no longer below readyReplicas (10): only the pods of each template say old pods still serve.
+    rolling = deployment({"replicas": 13, "updatedReplicas": 10, "readyReplicas": 10})
+    assert rolling.mid_rollout and rolling.old_pods == 3
+    done = deployment({"replicas": 10, "updatedReplicas": 10, "readyReplicas": 8})  # a scale-up loading
+    assert not done.mid_rollout and done.old_pods == 0
+    # Without a pod count, the ready pods still tell a rollout's start; a count that is not one is not read.
+    assert deployment({"updatedReplicas": 2, "readyReplicas": 8}).mid_rollout
+    for garbage in ("13", -1, 2.5, True, None):
+        state = deployment({"replicas": garbage, "updatedReplicas": 10, "readyReplicas": 10})
+        assert state.old_pods is None and not state.mid_rollout
+
+
 @pytest.mark.parametrize(("usages", "preemptions", "status", "reason"), [
     ([0.30, 0.30, 0.30, 0.30], 0.0, "True", "HeadroomOK"),
     ([0.50, 0.56, 0.62, 0.68], 0.0, "False", "ApproachingCliff"),  # 0.2%/s: the cliff in ~160 s

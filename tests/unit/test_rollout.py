@@ -558,6 +558,28 @@ def test_a_scale_up_mid_rollout_leaves_room_for_the_old_pods_of_another_tp():
     assert d.action is Action.SCALE_UP and d.target is not None and d.target.replicas > 7
 
 
+def test_a_scale_up_mid_rollout_counts_the_old_pods_still_live_not_those_it_kept():
+    # The 2-hour spike's seed 9: 5 TP8 pods rolled into TP4, two waves in, 3 of them still live. Judged on the 5
+    # kept, a scale-up had one surge pod of room (the fleet met its step on 10 pods for a model load); the 2 old
+    # pods gone freed 16 GPUs, and the Deployment reports what is left.
+    p = plan(request(6.0), fresh(6.0), NOW)
+    assert p.layout is not None and p.layout.tensor_parallel_size == 4 and p.layout.replicas >= 14
+    kept = Layout(8, 14, 5)
+    rolling = PlannerState(applied=replace(p.layout, replicas=8), rolling_out=True, rollout_surge=3,
+                           rolled_from=kept, last_relayout_at=NOW - 1600)
+    judged_on_kept = decide(p, rolling, fresh(6.0), RAILS, NOW)
+    assert judged_on_kept.target is not None and judged_on_kept.target.replicas <= 10
+    assert peak_gpus(kept, judged_on_kept.target, judged_on_kept.max_surge or 3) <= 64
+    d = decide(p, replace(rolling, old_pods=3), fresh(6.0), RAILS, NOW)
+    assert d.action is Action.SCALE_UP and d.target is not None and d.target.replicas == 12
+    surge = d.max_surge or 3
+    assert peak_gpus(replace(kept, replicas=3), d.target, surge) <= 64  # never beyond the pool from here on
+    assert peak_gpus(kept, d.target, surge) > 64  # what judging on the pods kept had refused
+    # Every old pod gone: no surge pod is left to start, and only the pool bounds the count.
+    d = decide(p, replace(rolling, old_pods=0), fresh(6.0), RAILS, NOW)
+    assert d.action is Action.SCALE_UP and d.target is not None and 12 < d.target.replicas <= 64 // 4
+
+
 def test_the_shape_rolled_from_survives_a_restart():
     from infertune.controller.status import state_from_status, state_to_status
 

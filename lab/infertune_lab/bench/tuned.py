@@ -34,7 +34,7 @@ from infertune.observe import Expected, PodsSource, PodTarget
 from infertune.observe.textformat import Reading, read_samples
 from infertune.planner.request import Resolved, resolve
 from infertune.planner.types import Layout
-from infertune_lab.bench.actuation import Actuator
+from infertune_lab.bench.actuation import Actuator, shape_of
 from infertune_lab.bench.cases import RequestShape
 from infertune_lab.bench.metrics import Slo
 from infertune_lab.sim.exporter import ReplicaView, samples
@@ -133,11 +133,13 @@ class TwinCluster(MemoryCluster):
             return None
         target = actuator.target
         ready = [r for r in actuator.serving() if actuator.ready(r)]
-        updated = [r for r in ready if (r.config.tp, r.config.max_num_seqs)
-                   == (target.tensor_parallel_size, target.max_num_seqs)]
+        # As a Deployment counts them: every live pod (Pending and loading included), and those of the
+        # current template.
+        pods = actuator.pods()
+        updated = [p for p in pods if shape_of(p) == (target.tensor_parallel_size, target.max_num_seqs)]
         surge, unavailable = self.strategy or (1, 0)
-        return WorkloadState(desired=target.replicas, ready=len(ready), updated=len(updated), layout=target,
-                             max_surge=surge, max_unavailable=unavailable)
+        return WorkloadState(desired=target.replicas, ready=len(ready), updated=len(updated), pods=len(pods),
+                             layout=target, max_surge=surge, max_unavailable=unavailable)
 
     def apply(self, objects: Sequence[dict[str, Any]]) -> bool:
         before = len(self.applied)

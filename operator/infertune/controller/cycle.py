@@ -107,7 +107,8 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
                     rollout_surge=1 if workload is None else workload.max_surge,
                     rollout_unavailable=0 if workload is None else workload.max_unavailable,
-                    ready_replicas=None if workload is None else workload.ready)
+                    ready_replicas=None if workload is None else workload.ready,
+                    old_pods=None if workload is None else workload.old_pods)
     obs = inp.observation
     current = None if obs is None else obs.demand_read
     look = None if current is None else outlook(current, inp.demand_points, inp.profile, inp.now,

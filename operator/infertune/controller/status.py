@@ -83,7 +83,10 @@ class WorkloadState:
 
     desired: int
     ready: int
-    updated: int | None = None
+    updated: int | None = None  # pods of the current template, loading or ready (updatedReplicas)
+    # Every live pod of every template, loading or ready (status.replicas: a terminating pod is not
+    # counted); None when the status does not say.
+    pods: int | None = None
     current: bool = True  # the controller has observed the latest generation
     # What the workload runs, read from its replicas and its pod template's layout annotations: the
     # truth the operator acts from, whatever its status last recorded.
@@ -98,8 +101,22 @@ class WorkloadState:
         return self.owner is not None and self.owner != uid
 
     @property
+    def old_pods(self) -> int | None:
+        """Pods of an earlier template still live: what a rollout has yet to replace. None when the
+        status does not say."""
+        if self.pods is None or self.updated is None:
+            return None
+        return max(0, int(self.pods) - int(self.updated))
+
+    @property
     def mid_rollout(self) -> bool:
-        """Old pods still serving beside new ones (a fit window would mix two layouts)."""
+        """Old pods still live beside new ones (a fit window would mix two layouts). Read from the pods
+        of each template, not from the ready ones: once the new pods, loading ones included, outnumber
+        the ready ones, a Deployment's updatedReplicas is no longer below its readyReplicas though old
+        pods still serve."""
+        old = self.old_pods
+        if old is not None:
+            return old > 0
         return self.updated is not None and int(self.updated) < self.ready
 
     @classmethod
@@ -109,10 +126,18 @@ class WorkloadState:
         generation = (obj.get("metadata") or {}).get("generation")
         seen = status.get("observedGeneration")
         return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
-                   updated=status.get("updatedReplicas"),
+                   updated=_pod_count(status.get("updatedReplicas")), pods=_pod_count(status.get("replicas")),
                    current=generation is None or seen is None or int(seen) >= int(generation),
                    layout=layout_of_workload(dict(obj)), max_surge=surge, max_unavailable=unavailable,
                    owner=owner_uid(obj))
+
+
+def _pod_count(value: Any) -> int | None:
+    """A pod count from a workload's status; None when it is absent or not a count (a controller that
+    writes something else is not read as a rollout)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
 
 
 def owner_uid(obj: Mapping[str, Any]) -> str:

@@ -98,10 +98,16 @@ def rollout_surge(ctx: CheckContext, layout: Layout) -> int:
 
 
 def _rolls_within(ctx: CheckContext, layout: Layout, surge: int) -> bool:
-    """Whether the rollout in progress, to `layout` at `surge`, holds no more GPUs than the pool at any wave."""
+    """Whether the rollout in progress, to `layout` at `surge`, holds no more GPUs than the pool at any wave
+    from now on: the old pods it kept, or as many of them as still live where the workload says (those
+    it has replaced freed their GPUs; judged on every pod it kept, a rollout two waves in left a scale-up
+    one surge pod where the old pods gone had left room for several, and the 2-hour spike's seed 9 met its
+    step on 10 pods for a whole model load: docs/bench-history.md)."""
     pool, old = ctx.plan.sizing.pool_gpus, ctx.state.rolled_from
     if pool is None:
         return True
+    if old is not None and ctx.state.old_pods is not None:
+        old = replace(old, replicas=min(old.replicas, ctx.state.old_pods))
     if old is None or old.same_shape(layout):
         return (layout.replicas + surge) * layout.tensor_parallel_size <= pool
     return peak_gpus(old, layout, surge, ctx.state.rollout_unavailable) <= pool

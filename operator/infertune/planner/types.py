@@ -182,6 +182,9 @@ class PlannerState:
     rolled_from: Layout | None = None
     # The workload's ready pods, read from it every cycle (not persisted); None when unknown.
     ready_replicas: int | None = None
+    # Pods of the shape rolled from still live, read from the workload every cycle (not persisted); None
+    # when unknown. A rollout frees the old pods' GPUs as it goes, so room for a scale-up is judged on these.
+    old_pods: int | None = None
     # The last shape left as unsafe and the working set that sent it away (persisted in status): for one
     # re-layout horizon a move for cost is judged at no less than that working set.
     left_unsafe: LeftUnsafe | None = None
