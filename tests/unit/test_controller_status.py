@@ -53,6 +53,11 @@ def test_a_deployment_is_mid_rollout_while_pods_of_an_older_template_live() -> N
     assert rolling.mid_rollout and rolling.old_pods == 3
     done = deployment({"replicas": 10, "updatedReplicas": 10, "readyReplicas": 8})  # a scale-up loading
     assert not done.mid_rollout and done.old_pods == 0
+    # Read before the controller has seen the new template, every old pod still counts as updated.
+    stale = WorkloadState.from_object({"metadata": {"generation": 4}, "spec": {"replicas": 10},
+                                       "status": {"observedGeneration": 3, "replicas": 8, "updatedReplicas": 8,
+                                                  "readyReplicas": 8}})
+    assert stale.old_pods is None
     # Without a pod count, the ready pods still tell a rollout's start; a count that is not one is not read.
     assert deployment({"updatedReplicas": 2, "readyReplicas": 8}).mid_rollout
     for garbage in ("13", -1, 2.5, True, None):

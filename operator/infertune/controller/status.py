@@ -103,8 +103,9 @@ class WorkloadState:
     @property
     def old_pods(self) -> int | None:
         """Pods of an earlier template still live: what a rollout has yet to replace. None when the
-        status does not say."""
-        if self.pods is None or self.updated is None:
+        status does not say, or says it of a template before the last applied (its controller has not
+        observed the latest generation: every pod of the template just replaced still counts as updated)."""
+        if self.pods is None or self.updated is None or not self.current:
             return None
         return max(0, int(self.pods) - int(self.updated))
 
