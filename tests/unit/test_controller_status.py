@@ -53,6 +53,12 @@ def test_a_deployment_is_mid_rollout_while_pods_of_an_older_template_live() -> N
     assert rolling.mid_rollout and rolling.old_pods == 3
     done = deployment({"replicas": 10, "updatedReplicas": 10, "readyReplicas": 8})  # a scale-up loading
     assert not done.mid_rollout and done.old_pods == 0
+    # Ready waits for the rollout's end, not for as many ready pods as desired: old ones count among them.
+    ready = ready_condition(rolling, applied=True)
+    assert (ready.status, ready.reason, ready.message) == (
+        "False", "RollingOut", "10/10 replicas ready, 3 pod(s) of the layout before still serve")
+    assert ready_condition(deployment({"replicas": 10, "updatedReplicas": 10, "readyReplicas": 10}),
+                           applied=True).status == "True"
     # Read before the controller has seen the new template, every old pod still counts as updated.
     stale = WorkloadState.from_object({"metadata": {"generation": 4}, "spec": {"replicas": 10},
                                        "status": {"observedGeneration": 3, "replicas": 8, "updatedReplicas": 8,

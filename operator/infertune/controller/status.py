@@ -158,6 +158,12 @@ def ready_condition(workload: WorkloadState | None, applied: bool) -> ConditionU
         return ConditionUpdate(kind, "False", Reason.WORKLOAD_PENDING.value,
                                "the workload is applied; its controller has not reported status yet")
     counts = f"{workload.ready}/{workload.desired} replicas ready"
+    if workload.current and workload.mid_rollout:
+        # As `kubectl rollout status` waits: the ready count includes old pods still serving beside the new
+        # ones, so it reaches the desired count before the layout applied is the one that serves.
+        old = workload.old_pods
+        still = "" if old is None else f", {old} pod(s) of the layout before still serve"
+        return ConditionUpdate(kind, "False", Reason.ROLLING_OUT.value, f"{counts}{still}")
     if workload.ready >= workload.desired and workload.current:
         return ConditionUpdate(kind, "True", Reason.WORKLOAD_READY.value, counts)
     return ConditionUpdate(kind, "False", Reason.REPLICAS_NOT_READY.value, counts)
