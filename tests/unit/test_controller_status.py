@@ -69,6 +69,7 @@ def test_a_deployment_is_mid_rollout_while_pods_of_an_older_template_live() -> N
     for garbage in ("13", -1, 2.5, True, None):
         state = deployment({"replicas": garbage, "updatedReplicas": 10, "readyReplicas": 10})
         assert state.old_pods is None and not state.mid_rollout
+        assert deployment({"readyReplicas": garbage}).ready == 0  # read as none ready, not a traceback
 
 
 @pytest.mark.parametrize(("usages", "preemptions", "status", "reason"), [

@@ -107,18 +107,18 @@ class WorkloadState:
         observed the latest generation: every pod of the template just replaced still counts as updated)."""
         if self.pods is None or self.updated is None or not self.current:
             return None
-        return max(0, int(self.pods) - int(self.updated))
+        return max(0, self.pods - self.updated)
 
     @property
     def mid_rollout(self) -> bool:
         """Old pods still live beside new ones (a fit window would mix two layouts). Read from the pods
-        of each template, not from the ready ones: once the new pods, loading ones included, outnumber
-        the ready ones, a Deployment's updatedReplicas is no longer below its readyReplicas though old
+        of each template, not from the ready ones: once the new pods, loading ones included, are as many
+        as the ready ones, a Deployment's updatedReplicas is no longer below its readyReplicas though old
         pods still serve."""
         old = self.old_pods
         if old is not None:
             return old > 0
-        return self.updated is not None and int(self.updated) < self.ready
+        return self.updated is not None and self.updated < self.ready
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> WorkloadState:
@@ -126,7 +126,7 @@ class WorkloadState:
         surge, unavailable = rollout_strategy_of(dict(obj))
         generation = (obj.get("metadata") or {}).get("generation")
         seen = status.get("observedGeneration")
-        return cls(desired=int(spec.get("replicas", 1) or 0), ready=int(status.get("readyReplicas") or 0),
+        return cls(desired=int(spec.get("replicas", 1) or 0), ready=_pod_count(status.get("readyReplicas")) or 0,
                    updated=_pod_count(status.get("updatedReplicas")), pods=_pod_count(status.get("replicas")),
                    current=generation is None or seen is None or int(seen) >= int(generation),
                    layout=layout_of_workload(dict(obj)), max_surge=surge, max_unavailable=unavailable,
