@@ -1,10 +1,12 @@
 """A re-layout is weighed on what it costs against what it saves, both as they would fall: the rollout's
 bill counts the new pods a kept count adds, and a saving that a demand a few percent off undoes is the
 replica counts' rounding, not a reason to restart every pod (docs/bench-history.md, "The rollout's bill
-and the rounding of a saving")."""
+and the rounding of a saving"), and so is one that the demand's swing within the last model load undoes
+("A saving judged at the demand's recent peak")."""
 
 from __future__ import annotations
 
+from infertune.model.forecast import DemandOutlook, DemandPoint, outlook
 from infertune.planner import PlannerState, decide, plan
 from infertune.planner.rollout import plan_rollout
 from infertune.planner.types import Action, DecisionReason, Layout
@@ -55,3 +57,39 @@ def test_a_saving_that_holds_across_the_demand_still_moves():
     assert decision.target == Layout(4, 8, 8)  # the 8 old pods serve until 8 new ones are ready
     assert "the old pods the demand needs serve until new ones are ready" in decision.message
     assert "paid beside the new shape's own at 6 replica(s)" in decision.message
+
+
+def test_a_saving_the_demands_recent_swing_undoes_is_no_reason_to_relayout():
+    """One TP8 c=16 pod at 0.2 req/s, where one TP4 c=8 pod would do: 4 GPUs fewer. But the demand read
+    0.3 req/s within the last model load, where TP4 needs two pods, as many GPUs as what runs. The new pods
+    would start at the count the rollout keeps and the window would keep them there: the move restarts
+    the pod and saves nothing (random draw 705 at the 64-GPU pool: a burst cap left for a tight one at the
+    same two pods, which the next burst then queued on)."""
+    running = Layout(8, 16, 1)
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 1),))
+    calm = plan(request(0.2), fresh(0.2), NOW, DemandOutlook(current=0.2, recent_peak=0.2))
+    assert calm.layout == Layout(4, 8, 1) and calm.sized(running) == running
+    assert decide(calm, state, fresh(0.2), RAILS, NOW).action is Action.RELAYOUT
+    swinging = plan(request(0.2), fresh(0.2), NOW, DemandOutlook(current=0.2, recent_peak=0.3))
+    assert swinging.layout == Layout(4, 8, 1)
+    decision = decide(swinging, state, fresh(0.2), RAILS, NOW)
+    assert decision.action is not Action.RELAYOUT and decision.reason == DecisionReason.RELAYOUT_NOT_WORTH_IT
+    # 0.3 req/s read, with the standing 15% on it.
+    assert "but 0 at 0.34 req/s, the highest demand read within the last model load (600 s)" in decision.message
+
+
+def test_a_saving_that_grows_with_the_demand_is_not_held_by_its_swing():
+    """From c=4 to c=8 at 1.5 req/s (above): at a peak of twice the demand the tighter shape saves more, not
+    less, and the move goes."""
+    p = plan(request(1.5), fresh(1.5), NOW, DemandOutlook(current=1.5, recent_peak=3.0))
+    running = p.sized(Layout(4, 4, 1))
+    assert running == Layout(4, 4, 8) and p.layout == Layout(4, 8, 6)
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, running.replicas),))
+    assert decide(p, state, fresh(1.5), RAILS, NOW).action is Action.RELAYOUT
+
+
+def test_the_recent_peak_is_the_highest_demand_read_within_the_last_load():
+    points = [DemandPoint(NOW - 900, 5.0), DemandPoint(NOW - 500, 0.9), DemandPoint(NOW - 60, 0.4)]
+    assert outlook(0.3, points, None, NOW, 600.0).recent_peak == 0.9  # the 5.0 is older than the load
+    assert outlook(1.2, points, None, NOW, 600.0).recent_peak == 1.2  # this cycle's reading counts
+    assert outlook(0.3, [], None, NOW, 600.0).recent_peak == 0.3

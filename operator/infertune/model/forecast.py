@@ -150,6 +150,9 @@ class DemandOutlook:
     # The burst quantile reads its whole window (the recent bins reach back as far as it looks): the bursts
     # of the last two model loads at least are in the figure, not only those of the first minutes.
     full_window: bool = False
+    # The highest demand a poll read within the last model load, this one's included: how far the demand
+    # has swung lately, which a saving judged on one cycle's figure does not see. None: no reading yet.
+    recent_peak: float | None = None
 
     @property
     def sized(self) -> float:
@@ -185,7 +188,8 @@ def outlook(current: float, points: Sequence[DemandPoint], profile: SeasonalProf
     arrived = _recent_bins(arrivals, now, horizon_s, width)
     arrival_level = _level(arrived, 0.0) if len(arrived) >= MIN_BURST_BINS else None
     full = bool(bins) and now - bins[0].time >= _burst_window_s(horizon_s, width) - width
-    return DemandOutlook(current, burst, trend, seasonal, horizon_s, arrival_level, full)
+    peak = max([current, *(p.rate for p in points if 0.0 <= now - p.time <= horizon_s and math.isfinite(p.rate))])
+    return DemandOutlook(current, burst, trend, seasonal, horizon_s, arrival_level, full, peak)
 
 
 def _burst_window_s(horizon_s: float, width: float) -> float:

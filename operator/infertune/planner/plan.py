@@ -33,6 +33,10 @@ class Sizing:
     # The forecast's burst figure reads its whole window (model/forecast.py): what shedding the standing
     # headroom for a rollout's loads rests on.
     forecast_settled: bool = False
+    # The highest demand read within the last model load, with the same standing headroom as
+    # `demand_rps` and never below it: what a move for cost must still save at (relayout_checks.py). None:
+    # no outlook.
+    recent_peak_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,10 @@ def _sizing(request: PlanRequest, demand: float | None, outlook: DemandOutlook |
     wanted = _spared(demand, request.demand_headroom, outlook)
     level = None if outlook is None else outlook.arrival_level
     settled = outlook is not None and outlook.full_window and outlook.burst is not None
-    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level, settled)
+    peak = None
+    if wanted is not None and outlook is not None and outlook.recent_peak is not None:
+        peak = max(outlook.recent_peak * (1.0 + request.demand_headroom), wanted)
+    return Sizing(wanted, request.replicas_min, request.replicas_max, request.pool_gpus, level, settled, peak)
 
 
 def _rates(table: CandidateTable, rows: np.ndarray, point: bool = False) -> np.ndarray:

@@ -264,6 +264,13 @@ def check_relayout_pays_back(ctx: CheckContext) -> Check:
         return hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
                     f"{shape} saves {baseline.gpus - ctx.proposed.gpus} GPU(s) at this demand but {least} "
                     f"within {ctx.rails.hysteresis:.0%} of it: the saving is the replica counts' rounding")
+    at_peak = _saving_at_recent_peak(ctx, baseline, ctx.proposed)
+    if at_peak is not None and at_peak[1] < ctx.rails.hysteresis * baseline.gpus:
+        return hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
+                    f"{shape} saves {baseline.gpus - ctx.proposed.gpus} GPU(s) at this demand but {at_peak[1]} at "
+                    f"{at_peak[0]:.2f} req/s, the highest demand read within the last model load "
+                    f"({ctx.rails.model_load_seconds:.0f} s) with the headroom: the saving lasts only while the "
+                    f"demand's dip does")
     # Weighed in GPU-seconds: every GPU of the pool costs the same, so the price only names the figures (and
     # a price of 0, an on-premises pool's, would otherwise hold every move for cost as saving $0).
     saving = (baseline.gpus - ctx.proposed.gpus) * ctx.rails.relayout_horizon_s
@@ -291,6 +298,23 @@ def _saving_across_band(ctx: CheckContext, baseline: Layout, proposed: Layout) -
         if stay is not None and move is not None:
             saved = min(saved, stay.gpus - move.gpus)
     return saved
+
+
+def _saving_at_recent_peak(ctx: CheckContext, baseline: Layout, proposed: Layout) -> tuple[float, int] | None:
+    """(the demand, the GPUs `proposed` saves over `baseline` there) at the highest demand read within the last
+    model load, when that lies past the hysteresis band. Both shapes sized for it: the new pods start at the
+    count the rollout keeps, and the stabilisation window lets them go only once the demand has stayed low
+    for as long, so a saving that such a swing turns into none is a dip's, and the move trades the running
+    shape's pods for a shape that ends up as large. None when there is no such reading, or a shape cannot
+    be sized for it."""
+    demand, peak = ctx.plan.sizing.demand_rps, ctx.plan.sizing.recent_peak_rps
+    if demand is None or peak is None or peak <= demand * (1.0 + ctx.rails.hysteresis):
+        return None
+    stay = ctx.plan.sized(baseline, over_line=True, demand_rps=peak)
+    move = ctx.plan.sized(proposed, over_line=True, demand_rps=peak)
+    if stay is None or move is None:
+        return None
+    return peak, stay.gpus - move.gpus
 
 
 def _priced(gpu_seconds: float, price_per_gpu_second: float) -> str:
