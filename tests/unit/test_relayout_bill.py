@@ -6,6 +6,9 @@ and the rounding of a saving"), and so is one that the demand's swing within the
 
 from __future__ import annotations
 
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
 from infertune.model.forecast import DemandOutlook, DemandPoint, outlook
 from infertune.planner import PlannerState, decide, plan
 from infertune.planner.rollout import plan_rollout
@@ -93,3 +96,42 @@ def test_the_recent_peak_is_the_highest_demand_read_within_the_last_load():
     assert outlook(0.3, points, None, NOW, 600.0).recent_peak == 0.9  # the 5.0 is older than the load
     assert outlook(1.2, points, None, NOW, 600.0).recent_peak == 1.2  # this cycle's reading counts
     assert outlook(0.3, [], None, NOW, 600.0).recent_peak == 0.3
+
+
+@settings(max_examples=40, deadline=None)
+@given(demand=st.floats(min_value=0.1, max_value=3.0), swing=st.floats(min_value=0.0, max_value=RAILS.hysteresis),
+       running_cap=st.sampled_from([4, 8, 16, 32, 48]), running_tp=st.sampled_from([4, 8]))
+def test_a_peak_within_the_band_changes_no_decision(demand: float, swing: float, running_cap: int,
+                                                    running_tp: int):
+    """The peak is checked only past the hysteresis band, which the band's own check covers: a demand that
+    swung no further decides exactly as one cycle's figure does."""
+    running = plan(request(demand), fresh(demand), NOW).sized(Layout(running_tp, running_cap, 1))
+    assume(running is not None)
+    assert running is not None
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, running.replicas),))
+    alone = plan(request(demand), fresh(demand), NOW, DemandOutlook(current=demand, recent_peak=demand))
+    swung = plan(request(demand), fresh(demand), NOW,
+                 DemandOutlook(current=demand, recent_peak=demand * (1.0 + swing)))
+    before, after = decide(alone, state, fresh(demand), RAILS, NOW), decide(swung, state, fresh(demand), RAILS, NOW)
+    assert (after.action, after.target, after.reason) == (before.action, before.target, before.reason)
+
+
+@settings(max_examples=40, deadline=None)
+@given(demand=st.floats(min_value=0.1, max_value=3.0), swing=st.floats(min_value=0.0, max_value=3.0),
+       running_cap=st.sampled_from([4, 8, 16, 32, 48]), running_tp=st.sampled_from([4, 8]))
+def test_a_recent_peak_only_ever_holds_a_move_for_cost(demand: float, swing: float, running_cap: int,
+                                                       running_tp: int):
+    """Whatever the demand read lately, the peak never starts a move nor changes one's target: it can only
+    hold a move for cost that one cycle's figure would make, and says so."""
+    running = plan(request(demand), fresh(demand), NOW).sized(Layout(running_tp, running_cap, 1))
+    assume(running is not None)
+    assert running is not None
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, running.replicas),))
+    alone = plan(request(demand), fresh(demand), NOW, DemandOutlook(current=demand, recent_peak=demand))
+    swung = plan(request(demand), fresh(demand), NOW,
+                 DemandOutlook(current=demand, recent_peak=demand * (1.0 + swing)))
+    before, after = decide(alone, state, fresh(demand), RAILS, NOW), decide(swung, state, fresh(demand), RAILS, NOW)
+    if (after.action, after.target) != (before.action, before.target):
+        assert before.action is Action.RELAYOUT and before.reason == DecisionReason.CHEAPER_LAYOUT
+        assert after.action is not Action.RELAYOUT  # held, the running shape scaled at most
+        assert "the highest demand read within the last model load" in after.message
