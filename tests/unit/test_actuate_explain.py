@@ -69,9 +69,10 @@ def test_explain_shows_the_demand_sized_for_the_headroom_cost_and_the_rollout() 
     resolved = resolve(parse_spec(spec), policy)
     status = {"applied": {"tensorParallelSize": 8, "maxNumSeqs": 17, "replicas": 2},
               "recommendation": {"demand": {"currentRps": 1.2, "burstRps": 2.5, "sizedRps": 2.5,
-                                            "drivenBy": "burst"}, "burstHeadroomGpus": 4}}
+                                            "drivenBy": "burst", "recentPeakRps": 3.1}, "burstHeadroomGpus": 4}}
     out = render_explanation(resolved, status, plan(resolved.request, None, 0.0), 3)
     assert "sized for 2.5 req/s one model load ahead (now 1.2, bursts p98 2.5; driven by burst)" in out
+    assert "read up to 3.1 req/s within the last model load: a re-layout for cost must still save there" in out
     assert "burst headroom 15% holds 4 GPU(s): 4 GPU-hours an hour, 96 a day" in out
     assert "the recent bursts are held to their p98 (spec.tuning.burstPercentile)" in out
     assert "re-layout:    rolls out in" in out and "wave(s)" in out

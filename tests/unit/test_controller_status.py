@@ -17,6 +17,7 @@ from infertune.controller.status import (
     state_from_status,
 )
 from infertune.model.early_warning import CliffReason, CliffWarning, PressurePoint, cliff_warning
+from infertune.model.forecast import DemandPoint, outlook
 from infertune.planner.types import SloTarget
 
 OBS = Observation(namespace="ns", deployment="d", sample_time=1000.0, available=True, kv_usage=0.5, running=4.0)
@@ -116,3 +117,15 @@ def test_a_shape_left_as_unsafe_that_status_garbles_is_forgotten_not_trusted(lef
     what the history measures) and keeps the rest of the guardrails' state."""
     state = state_from_status({"guardrails": {"leftUnsafe": left, "lastRelayoutAt": 100.0}})
     assert state.left_unsafe is None and state.last_relayout_at == 100.0
+
+
+def test_the_status_shows_the_highest_demand_read_within_the_last_load():
+    """What a move for cost is judged at besides the figure sized for (planner/relayout_checks.py), in
+    status.recommendation.demand, as the CRD describes it."""
+    from infertune.controller.status import demand_figures
+
+    figures = demand_figures(outlook(0.8, [DemandPoint(9_500.0, 1.6), DemandPoint(9_900.0, 0.7)], None, 10_000.0,
+                                     900.0))
+    assert figures["currentRps"] == 0.8 and figures["recentPeakRps"] == 1.6
+    nothing_else = demand_figures(outlook(0.8, [], None, 10_000.0, 900.0))
+    assert nothing_else["recentPeakRps"] == 0.8

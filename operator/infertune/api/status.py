@@ -79,6 +79,9 @@ class DemandFigures(ApiModel):
     driven_by: str | None = Field(default=None, description=(
         "Which figure that is: current, burst, trend or seasonal."))
     horizon_seconds: float | None = Field(default=None, description="One model load.")
+    recent_peak_rps: float | None = Field(default=None, description=(
+        "The highest demand read within the last model load: a re-layout for cost must still save GPUs with "
+        "both shapes sized for it (and the burst headroom), or its saving lasts only while a dip does."))
 
 
 class Recommendation(ApiModel):

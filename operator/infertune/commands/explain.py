@@ -161,6 +161,9 @@ def _sizing_lines(resolved: Resolved, status: dict[str, Any], the_plan: Plan, cu
             if key in demand)
         lines.append(f"demand:       sized for {demand.get('sizedRps', '?')} req/s one model load ahead "
                      f"({parts}; driven by {demand.get('drivenBy', '?')})")
+        if "recentPeakRps" in demand:
+            lines.append(f"              read up to {demand['recentPeakRps']:g} req/s within the last model load: a "
+                         f"re-layout for cost must still save there")
     headroom = round(resolved.request.demand_headroom * 100)
     gpus = (status.get("recommendation") or {}).get("burstHeadroomGpus", the_plan.headroom_gpus)
     lines.append(f"headroom:     burst headroom {headroom}% holds {gpus} GPU(s): {gpus} GPU-hours an hour, "

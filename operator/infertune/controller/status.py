@@ -172,7 +172,7 @@ def ready_condition(workload: WorkloadState | None, applied: bool) -> ConditionU
 def demand_figures(outlook: DemandOutlook) -> dict[str, Any]:
     figures = {"currentRps": _r(outlook.current), "burstRps": _r(outlook.burst), "trendRps": _r(outlook.trend),
                "seasonalRps": _r(outlook.seasonal), "sizedRps": _r(outlook.sized), "drivenBy": outlook.driver,
-               "horizonSeconds": _r(outlook.horizon_s, 0)}
+               "horizonSeconds": _r(outlook.horizon_s, 0), "recentPeakRps": _r(outlook.recent_peak)}
     return {k: v for k, v in figures.items() if v is not None}
 
 
