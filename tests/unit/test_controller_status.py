@@ -11,6 +11,7 @@ import pytest
 from infertune.api.observation import MetricsFault, Observation
 from infertune.controller.status import (
     WorkloadState,
+    demand_figures,
     headroom_condition,
     observed,
     ready_condition,
@@ -122,8 +123,6 @@ def test_a_shape_left_as_unsafe_that_status_garbles_is_forgotten_not_trusted(lef
 def test_the_status_shows_the_highest_demand_read_within_the_last_load():
     """What a move for cost is judged at besides the figure sized for (planner/relayout_checks.py), in
     status.recommendation.demand, as the CRD describes it."""
-    from infertune.controller.status import demand_figures
-
     figures = demand_figures(outlook(0.8, [DemandPoint(9_500.0, 1.6), DemandPoint(9_900.0, 0.7)], None, 10_000.0,
                                      900.0))
     assert figures["currentRps"] == 0.8 and figures["recentPeakRps"] == 1.6

@@ -293,11 +293,17 @@ def _saving_across_band(ctx: CheckContext, baseline: Layout, proposed: Layout) -
     if demand is None or demand <= 0:
         return saved
     for factor in (1.0 - ctx.rails.hysteresis, 1.0 + ctx.rails.hysteresis):
-        stay = ctx.plan.sized(baseline, over_line=True, demand_rps=demand * factor)
-        move = ctx.plan.sized(proposed, over_line=True, demand_rps=demand * factor)
-        if stay is not None and move is not None:
-            saved = min(saved, stay.gpus - move.gpus)
+        there = _saved_at(ctx, baseline, proposed, demand * factor)
+        if there is not None:
+            saved = min(saved, there)
     return saved
+
+
+def _saved_at(ctx: CheckContext, baseline: Layout, proposed: Layout, demand_rps: float) -> int | None:
+    """The GPUs `proposed` saves over `baseline` with both sized for `demand_rps`; None when one cannot be."""
+    stay = ctx.plan.sized(baseline, over_line=True, demand_rps=demand_rps)
+    move = ctx.plan.sized(proposed, over_line=True, demand_rps=demand_rps)
+    return None if stay is None or move is None else stay.gpus - move.gpus
 
 
 def _saving_at_recent_peak(ctx: CheckContext, baseline: Layout, proposed: Layout) -> tuple[float, int] | None:
@@ -310,11 +316,8 @@ def _saving_at_recent_peak(ctx: CheckContext, baseline: Layout, proposed: Layout
     demand, peak = ctx.plan.sizing.demand_rps, ctx.plan.sizing.recent_peak_rps
     if demand is None or peak is None or peak <= demand * (1.0 + ctx.rails.hysteresis):
         return None
-    stay = ctx.plan.sized(baseline, over_line=True, demand_rps=peak)
-    move = ctx.plan.sized(proposed, over_line=True, demand_rps=peak)
-    if stay is None or move is None:
-        return None
-    return peak, stay.gpus - move.gpus
+    saved = _saved_at(ctx, baseline, proposed, peak)
+    return None if saved is None else (peak, saved)
 
 
 def _priced(gpu_seconds: float, price_per_gpu_second: float) -> str:
