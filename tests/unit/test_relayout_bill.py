@@ -6,6 +6,8 @@ and the rounding of a saving"), and so is one that the demand's swing within the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -60,6 +62,25 @@ def test_a_saving_that_holds_across_the_demand_still_moves():
     assert decision.target == Layout(4, 8, 8)  # the 8 old pods serve until 8 new ones are ready
     assert "the old pods the demand needs serve until new ones are ready" in decision.message
     assert "paid beside the new shape's own at 6 replica(s)" in decision.message
+
+
+def test_a_saving_is_weighed_over_the_hours_the_new_shape_runs_not_one():
+    """Six TP4 c=5 pods at 1.2 req/s, where five of c=8 do: 4 GPUs fewer for as long as the shape runs.
+    The rollout keeps the six old pods serving through the load, a bill above the 4 GPU-h one hour saves
+    but below the 8 two hours save. Weighed over one hour the move waited, and the dearer shape held the
+    pool (the 2-hour spike's seed 15 met its step on TP8 c=14, whose pods carry 3.6 req/s on the whole pool
+    against 5.8 for the TP4 c=6 the plan wanted for an hour: 79.1% TTFT within SLA)."""
+    p = plan(request(1.2), fresh(1.2), NOW)
+    running = Layout(4, 5, 6)
+    assert p.layout == Layout(4, 8, 5) and p.sized(running) == running
+    state = PlannerState(applied=running, recent_recommendations=((NOW - 5000, 6),))
+    one_hour = decide(p, state, fresh(1.2), replace(RAILS, relayout_payback_s=3600.0), NOW)
+    assert one_hour.action is not Action.RELAYOUT and one_hour.reason == DecisionReason.RELAYOUT_NOT_WORTH_IT
+    assert "saves $24.00 over 3600 s; the rollout costs $28.00" in one_hour.message
+    decision = decide(p, state, fresh(1.2), RAILS, NOW)
+    assert decision.action is Action.RELAYOUT and decision.reason == DecisionReason.CHEAPER_LAYOUT
+    assert decision.rollout is not None
+    assert 4 * 3600 < decision.rollout.extra_gpu_seconds < 4 * RAILS.relayout_payback_s
 
 
 def test_a_saving_the_demands_recent_swing_undoes_is_no_reason_to_relayout():

@@ -29,8 +29,8 @@ from infertune.planner.types import DecisionReason, stabilization_window
 # The B200 load test's pass at TP8, measured: a re-layout for cost never waits on the napkin alone here.
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 7, 1, 32)
 RAILS = Guardrails(model_load_seconds=600, relayout_cooldown_s=1800)
-# A saving weighed over three hours: for the moves whose rollout the hour's saving does not pay back.
-LONG_HORIZON = replace(RAILS, relayout_horizon_s=3 * 3600.0)
+# A saving weighed over three hours: for the moves whose rollout the default span's saving does not pay back.
+LONG_HORIZON = replace(RAILS, relayout_payback_s=3 * 3600.0)
 NOW = 50_000.0
 
 
@@ -498,9 +498,9 @@ def test_a_move_for_cost_alone_sheds_no_pod_the_window_remembers():
     assert d.target is None and "cost alone" in d.message
     later = NOW + stabilization_window(RAILS) + 60  # the window has forgotten the 16
     now_seen = replace(fresh(2.0), sample_time=later - 5)
-    # (Its rollout keeps 10 pods of c=5 serving, so it asks for 10 of c=8 where 8 carry the demand: the hour's
-    # saving does not pay for the 2 more, a longer horizon's does.)
-    d = decide(plan(request(2.0), now_seen, later), remembered, now_seen, LONG_HORIZON, later)
+    # (Its rollout keeps 10 pods of c=5 serving, so it asks for 10 of c=8 where 8 carry the demand: an hour's
+    # saving would not pay for the 2 more, the two hours' a shape is weighed over does.)
+    d = decide(plan(request(2.0), now_seen, later), remembered, now_seen, RAILS, later)
     assert d.action is Action.RELAYOUT and d.rollout is not None and d.rollout.max_unavailable == 0
     needed_now = p.sized(running, over_line=True, demand_rps=now_seen.demand_rate)
     assert needed_now is not None and d.rollout.kept >= needed_now.replicas and d.rollout.peak_gpus <= 64

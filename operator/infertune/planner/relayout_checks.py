@@ -237,10 +237,10 @@ def check_pass_time_measured(ctx: CheckContext) -> Check:
 
 def check_relayout_pays_back(ctx: CheckContext) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
-    only worth it when what it saves over the horizon beats that (planner/rollout.py), and when it
-    saves more than the hysteresis share of the GPUs, at the demand and within that share of it: two
-    shapes within a replica of each other trade places with every small change of the demand or the
-    fit, and each trade is a model load."""
+    only worth it when what it saves over the payback span (two hours: the shape it brings runs for
+    hours) beats that (planner/rollout.py), and when it saves more than the hysteresis share of the
+    GPUs, at the demand and within that share of it: two shapes within a replica of each other trade
+    places with every small change of the demand or the fit, and each trade is a model load."""
     if not is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return ok("relayout-payback")
     if ctx.rollout.max_unavailable > 0:
@@ -273,11 +273,11 @@ def check_relayout_pays_back(ctx: CheckContext) -> Check:
                     f"demand's dip does")
     # Weighed in GPU-seconds: every GPU of the pool costs the same, so the price only names the figures (and
     # a price of 0, an on-premises pool's, would otherwise hold every move for cost as saving $0).
-    saving = (baseline.gpus - ctx.proposed.gpus) * ctx.rails.relayout_horizon_s
+    saving = (baseline.gpus - ctx.proposed.gpus) * ctx.rails.relayout_payback_s
     restart = ctx.rollout.extra_gpu_seconds
     if saving <= restart:
         return hold("relayout-payback", DecisionReason.RELAYOUT_NOT_WORTH_IT,
-                    f"saves {_priced(saving, price_per_gpu_second)} over {ctx.rails.relayout_horizon_s:.0f} s; "
+                    f"saves {_priced(saving, price_per_gpu_second)} over {ctx.rails.relayout_payback_s:.0f} s; "
                     f"the rollout costs {_priced(restart, price_per_gpu_second)} ({ctx.rollout.describe()})")
     return ok("relayout-payback", DecisionReason.RELAYOUT_PAYS_BACK,
               f"saves {_priced(saving, price_per_gpu_second)}, the rollout costs "

@@ -38,8 +38,14 @@ class Guardrails:
     scale_up_share: float = 1.0
     # Ignore replica changes smaller than this fraction of the current count (and < 1 replica).
     hysteresis: float = 0.10
-    # A re-layout must save more over this horizon than the restart costs.
+    # How far the demand's figures vouch for a re-layout: a rollout that gives way must end within it, and a
+    # shape left as unsafe is remembered for as long.
     relayout_horizon_s: float = 3600.0
+    # A re-layout must save more over this span than its rollout costs. Longer than the horizon: the shape a
+    # re-layout brings runs for hours, and at one hour a move that saved a fifth of a 40-GPU fleet waited
+    # because its 15-minute overlap cost 10 GPU-h, so a step met the dearer shape's lower ceiling on a full
+    # pool (docs/bench-history.md, "A re-layout's saving weighed over two hours").
+    relayout_payback_s: float = 7200.0
     model_load_seconds: float = 600.0
     # Older metrics than this hold every decision.
     stale_after_s: float = 120.0
