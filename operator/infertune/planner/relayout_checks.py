@@ -237,10 +237,11 @@ def check_pass_time_measured(ctx: CheckContext) -> Check:
 
 def check_relayout_pays_back(ctx: CheckContext) -> Check:
     """A re-layout restarts every replica and, while it rolls, pays for old and new pods at once:
-    only worth it when what it saves over the payback span (two hours: the shape it brings runs for
-    hours) beats that (planner/rollout.py), and when it saves more than the hysteresis share of the
-    GPUs, at the demand and within that share of it: two shapes within a replica of each other trade
-    places with every small change of the demand or the fit, and each trade is a model load."""
+    only worth it when what it saves over the payback span (`relayout_payback_s`, two hours by default:
+    the shape it brings runs for hours) beats that (planner/rollout.py), and when it saves more than the
+    hysteresis share of the GPUs, at the demand and within that share of it: two shapes within a replica
+    of each other trade places with every small change of the demand or the fit, and each trade is a
+    model load."""
     if not is_relayout(ctx) or ctx.applied is None or ctx.applied_unsafe or ctx.rollout is None:
         return ok("relayout-payback")
     if ctx.rollout.max_unavailable > 0:
