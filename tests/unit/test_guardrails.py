@@ -307,7 +307,7 @@ def test_two_shapes_within_a_replica_do_not_trade_places():
     assert needed is not None and 0 < needed.gpus - p.layout.gpus < 0.1 * needed.gpus
     seen = PlannerState(applied=needed, recent_recommendations=((NOW - 5000, needed.replicas),))
     # Over a day the saving would pay for the rollout; it is still under 10% of the GPUs.
-    day = replace(RAILS, relayout_horizon_s=86_400)
+    day = replace(RAILS, relayout_payback_s=86_400)
     d = decide(p, seen, fresh(6.0), day, NOW)
     assert d.action is not Action.RELAYOUT and "less than 10% saved" in d.reason + d.message
     # A shape 20% dearer is left.

@@ -30,7 +30,7 @@ from infertune.planner.types import DecisionReason, stabilization_window
 SEED_000_TP8 = LinearFit(0.0052, 0.00165, 1.0, 7, 1, 32)
 RAILS = Guardrails(model_load_seconds=600, relayout_cooldown_s=1800)
 # A saving weighed over three hours: for the moves whose rollout the default span's saving does not pay back.
-LONG_HORIZON = replace(RAILS, relayout_payback_s=3 * 3600.0)
+LONG_PAYBACK = replace(RAILS, relayout_payback_s=3 * 3600.0)
 NOW = 50_000.0
 
 
@@ -527,7 +527,7 @@ def test_a_cost_move_on_a_pool_its_own_shape_fills_sheds_only_the_headroom_once_
         assert p.layout is not None and not p.layout.same_shape(running) and p.layout.gpus < running.gpus
         needs = p.sized(running)
         assert needs is not None and needs.gpus >= 60  # no room beside its own pods and the window's 16
-        d = decide(p, remembered, seen, LONG_HORIZON, NOW)  # the kept pods' count pays back over hours
+        d = decide(p, remembered, seen, LONG_PAYBACK, NOW)  # the kept pods' count pays back over hours
         if not settled:
             assert d.action is Action.HOLD and d.reason is DecisionReason.RELAYOUT_WOULD_DROP_CAPACITY
             continue
