@@ -1,12 +1,14 @@
 """The text of a file a user names (a resource, a policy, samples, a trace, a token): read whole as
-UTF-8, or refused in one line that names the flag. Shared by the operator's commands and the lab's
-trace reader, so both answer a binary file, a directory or an unreadable path the same way."""
+UTF-8, or refused in one line that names the flag; and the numbers in it (or on the command line) read
+only when plainly written. Shared by the operator's commands and the lab's trace reader, so both answer
+a binary file, a directory, an unreadable path or a pasted `1_000` the same way."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -92,3 +94,23 @@ def load_json(text: str) -> Any:
         raise JsonPastLimits(too_deep=False) from None
     except RecursionError:
         raise JsonPastLimits(too_deep=True) from None
+
+
+# A number as a person types one: ASCII digits, a sign, a point and an exponent. int() and float() also take
+# `1_000`, other scripts' digits ('١٢', '１２') and Unicode spaces around them: a paste or a typo, not a figure to
+# guess at. float()'s own words for NaN and infinity still read as such, for the range check to refuse in its words.
+_PLAIN_INTEGER = re.compile(r"[+-]?[0-9]+")
+_PLAIN_DECIMAL = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf|infinity|nan))")
+_ASCII_SPACE = " \t\n\r\f\v"
+
+
+def plain_number(text: str, *, integer: bool = False) -> int | float | None:
+    """`text` as an int (with `integer`) or a float when it is plainly written, else None. The flags, the
+    samples of `fit` and `plan` (commands/_inputs.py) and the lab's traces read their numbers through it."""
+    written = text.strip(_ASCII_SPACE)
+    if not (_PLAIN_INTEGER if integer else _PLAIN_DECIMAL).fullmatch(written):
+        return None
+    try:
+        return int(written) if integer else float(written)
+    except ValueError:  # an integer past Python's 4,300 digits: past every flag's range too
+        return None

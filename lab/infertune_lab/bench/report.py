@@ -162,19 +162,33 @@ def plot_frontier(result: ScenarioResult, path: Path) -> None:
     plt.close(fig)
 
 
+TABLE_FILE = "bench.md"
+
+
+def plot_file(scenario: str, frontier: bool = False) -> str:
+    return f"bench-{scenario}-frontier.png" if frontier else f"bench-{scenario}.png"
+
+
+def file_names(scenarios: Sequence[str], frontier: bool) -> list[str]:
+    """Every file `write` may write for these scenarios: checked by name before the runs, so that a directory
+    or a FIFO standing at one is refused before the minutes of work, not after them."""
+    plots = [plot_file(s, f) for s in scenarios for f in ((False, True) if frontier else (False,))]
+    return [*plots, TABLE_FILE]
+
+
 def write(results: Sequence[ScenarioResult], directory: Path) -> list[Path]:
     """bench.md (all tables), bench-<scenario>.png and, with frontiers, bench-<scenario>-frontier.png."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for result in results:
-        path = directory / f"bench-{result.name}.png"
+        path = directory / plot_file(result.name)
         plot(result, path)
         written.append(path)
         if result.frontier:
-            path = directory / f"bench-{result.name}-frontier.png"
+            path = directory / plot_file(result.name, frontier=True)
             plot_frontier(result, path)
             written.append(path)
-    table = directory / "bench.md"
+    table = directory / TABLE_FILE
     table.write_text("\n\n".join(text(r) for r in results) + "\n")
     written.append(table)
     return written

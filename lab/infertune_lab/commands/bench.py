@@ -13,7 +13,7 @@ from typing import Any
 from infertune.commands._inputs import dump_json, number, path, writable_dir
 from infertune.errors import UserError
 from infertune_lab.bench.cases import NAMES, RANDOM, check_duration
-from infertune_lab.bench.report import document, text, write
+from infertune_lab.bench.report import document, file_names, text, write
 from infertune_lab.bench.runner import DEFAULT_ROUTER
 from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
 from infertune_lab.sim.fleet import ROUTERS
@@ -81,14 +81,18 @@ def _scenarios(args: argparse.Namespace) -> list[str]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    writable_dir("--report", args.report)
+    names = _scenarios(args)
+    # The report's files by name: a directory standing at bench.md was found only after every run, with the
+    # plots already written beside it. A trace's scenario is named after its file.
+    reported = [args.trace.stem if name == "trace" and args.trace is not None else name for name in names]
+    writable_dir("--report", args.report, file_names(reported, args.frontier))
     if args.trace is not None:
         load_trace(args.trace)  # read and checked whole now: a directory or a bad row is named before any run
     options = Options(seed=args.seed, pool_gpus=args.pool_gpus, startup_seconds=args.startup_seconds,
                       duration=args.duration, trace=args.trace, rate_multiplier=args.rate_multiplier,
                       policies=args.policies, processes=max(1, args.processes), frontier=args.frontier,
                       router=args.router)
-    results: list[ScenarioResult] = [run_scenario(name, options) for name in _scenarios(args)]
+    results: list[ScenarioResult] = [run_scenario(name, options) for name in names]
     if args.output == "json":
         docs = [document(r) for r in results]
         print(dump_json(docs[0] if len(docs) == 1 else docs))

@@ -15,7 +15,10 @@ from rich.console import Console
 
 from infertune.commands._inputs import dump_json, number, path, writable_dir
 from infertune_lab.demo.display import Quiet, RichView, View
+from infertune_lab.demo.report import REPORT_FILES
 from infertune_lab.demo.run import DemoOptions, run_demo
+
+LOG_FILE = "operator.log"
 
 
 def register(sub: Any) -> None:
@@ -42,8 +45,8 @@ def _quiet_logs(path: Path) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    writable_dir("--report", args.report)
-    _quiet_logs(args.report / "operator.log")
+    writable_dir("--report", args.report, (LOG_FILE, *REPORT_FILES))
+    _quiet_logs(args.report / LOG_FILE)
     console = Console(stderr=True)
     view: View = RichView(console) if args.output == "text" and console.is_terminal else Quiet()
     with view:

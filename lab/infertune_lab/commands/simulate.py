@@ -19,6 +19,7 @@ from infertune.api.quantities import format_figure
 from infertune.api.schema import CONCURRENCY_MAX, CONTEXT_TOKENS_MAX
 from infertune.commands._inputs import (
     SAMPLE_PASS_MS_MIN,
+    check_tp,
     dump_json,
     number,
     parse_int_list,
@@ -27,7 +28,7 @@ from infertune.commands._inputs import (
     writable_file,
 )
 from infertune.errors import UserError
-from infertune.model import LinearFit, Workload
+from infertune.model import LinearFit, Workload, load_model
 from infertune_lab.sim import (
     ARRIVALS,
     ROUTERS,
@@ -71,6 +72,9 @@ def _replica_args(p: argparse.ArgumentParser) -> None:
 
 
 def _replica(args: argparse.Namespace) -> ReplicaConfig:
+    # A TP that does not divide the attention heads is a replica vLLM will not start (`plan --tp` refuses it):
+    # simulated, TP64 of a 32-head model ran, and TP3 of Kimi was refused only as "no KV blocks left".
+    check_tp(load_model(args.model), (args.tp,), "--tp")
     if args.max_num_batched_tokens < args.max_num_seqs:  # every running stream decodes a token each step
         raise UserError(f"--max-num-batched-tokens {args.max_num_batched_tokens} is below --max-num-seqs "
                         f"{args.max_num_seqs}: a step could not hold a token of each stream, and vLLM refuses it "

@@ -83,16 +83,23 @@ def markdown(inp: ReportInput, images: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Every file `write_report` writes, by name: `demo --report` checks them before the demo runs, so that a
+# directory standing at report.md is refused then, not after the demo with the plots already written.
+KV_PLOT, TPS_PLOT, TTFT_PLOT, LAYOUT_PLOT = "kv.png", "stream-tps.png", "ttft.png", "layout.png"
+SUMMARY_FILE, REPORT_FILE = "summary.json", "report.md"
+REPORT_FILES = (KV_PLOT, TPS_PLOT, TTFT_PLOT, LAYOUT_PLOT, SUMMARY_FILE, REPORT_FILE)
+
+
 def write_report(inp: ReportInput, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     rec = inp.recorder
     images = [
-        plots.kv_plot(rec.samples, rec.decisions, inp.headroom, directory / "kv.png"),
-        plots.tps_plot(inp.windows, rec.decisions, inp.slo, directory / "stream-tps.png"),
-        plots.ttft_plot(inp.windows, rec.decisions, inp.slo, directory / "ttft.png"),
-        plots.fleet_plot(rec.samples, rec.decisions, directory / "layout.png"),
+        plots.kv_plot(rec.samples, rec.decisions, inp.headroom, directory / KV_PLOT),
+        plots.tps_plot(inp.windows, rec.decisions, inp.slo, directory / TPS_PLOT),
+        plots.ttft_plot(inp.windows, rec.decisions, inp.slo, directory / TTFT_PLOT),
+        plots.fleet_plot(rec.samples, rec.decisions, directory / LAYOUT_PLOT),
     ]
-    (directory / "summary.json").write_text(json.dumps(inp.summary.to_json(), indent=2) + "\n")
-    report = directory / "report.md"
+    (directory / SUMMARY_FILE).write_text(json.dumps(inp.summary.to_json(), indent=2) + "\n")
+    report = directory / REPORT_FILE
     report.write_text(markdown(inp, images))
     return report

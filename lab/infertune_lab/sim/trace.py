@@ -26,7 +26,7 @@ from typing import Any
 
 from infertune.api.formats import shown
 from infertune.errors import UserError
-from infertune.textfile import csv_problem, read_text
+from infertune.textfile import csv_problem, plain_number, read_text
 from infertune_lab.sim.records import RequestRecord, RequestSpec
 
 # No model attends over ten million tokens (the planner's and the samples' limit too); a bigger count
@@ -73,10 +73,11 @@ def _timestamp(raw: str) -> tuple[float, str]:
     """The instant in seconds, and which kind of stamp gave it (seconds, or a date-time with or without
     a time zone)."""
     text = raw.strip()
-    try:
-        return float(text), "plain seconds"
-    except ValueError:
-        pass
+    # Plainly written, as every number the commands read: float() also took `1_0` as 10 s and other scripts'
+    # digits ('١٢') as 12 s, a paste replayed without a word.
+    seconds = plain_number(text)
+    if seconds is not None:
+        return float(seconds), "plain seconds"
     # fromisoformat takes 7 fractional digits only from 3.11 on, and only in some layouts.
     head, dot, frac = text.partition(".")
     if dot:
@@ -92,10 +93,10 @@ def _timestamp(raw: str) -> tuple[float, str]:
 def _count(raw: Any, column: str, where: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, str | int):  # JSON's true, 1.5 or null is not a count
         raise TraceError(f"{where}: {column} {shown(raw)} is not an integer")
-    try:
-        value = int(raw.strip()) if isinstance(raw, str) else raw
-    except ValueError:
-        raise TraceError(f"{where}: {column} {shown(raw)} is not an integer") from None
+    # int() also took `1_000` and other scripts' digits ('١٢'): a paste, not a count to guess at.
+    value = plain_number(raw, integer=True) if isinstance(raw, str) else raw
+    if not isinstance(value, int):
+        raise TraceError(f"{where}: {column} {shown(raw)} is not an integer")
     if value < 0:
         raise TraceError(f"{where}: {column} is negative ({value})")
     if value > TOKENS_MAX:
@@ -182,7 +183,9 @@ def _jsonl_stamps(p: Path, text: str) -> Iterator[Stamp]:
             continue
         where = f"{p}:{line_no}"
         try:
-            doc = json.loads(line)
+            doc = json.loads(line, object_pairs_hook=_once_each)
+        except _KeyTwice as exc:  # json keeps the last of them: which one was meant is not ours to guess
+            raise TraceError(f"{where}: key {shown(exc.key)} is given twice in one object") from None
         except (ValueError, RecursionError):  # a JSON decode error is a ValueError
             raise TraceError(f"{where}: not a JSON object (a JSON-lines trace has one a line)") from None
         if not isinstance(doc, dict):
@@ -195,6 +198,22 @@ def _jsonl_stamps(p: Path, text: str) -> Iterator[Stamp]:
             raise TraceError(f"{where}: timestamp {shown(ms)} is not a finite number of milliseconds")
         yield (ms / 1000.0, _count(doc["input_length"], "input_length", where),
                _count(doc["output_length"], "output_length", where), line_no)
+
+
+class _KeyTwice(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (json.loads keeps the last of a key given twice)."""
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise _KeyTwice(key)
+        doc[key] = value
+    return doc
 
 
 def _as_float(value: int | float) -> float:

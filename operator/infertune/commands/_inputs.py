@@ -11,7 +11,6 @@ import io
 import json
 import math
 import os
-import re
 import statistics
 import tempfile
 from collections.abc import Callable, Iterable
@@ -26,7 +25,7 @@ from infertune.errors import UserError
 from infertune.model import GpuSpec, ModelProfile, load_model, profile_from_hf_config
 from infertune.model.roofline import faster_than_floor
 from infertune.planner.request import tp_refusal
-from infertune.textfile import JsonPastLimits, csv_problem, load_json, read_text
+from infertune.textfile import JsonPastLimits, csv_problem, load_json, plain_number, read_text
 
 if TYPE_CHECKING:
     from infertune.actuate.apply import KubeClient
@@ -74,25 +73,6 @@ def number(low: float | None = None, high: float | None = None, *, integer: bool
 
     parse.__name__ = "integer" if integer else "number"  # what argparse calls the type in its messages
     return parse
-
-
-# A number as a person types one: ASCII digits, a sign, a point and an exponent. int() and float() also take
-# `1_000`, other scripts' digits ('١٢', '１２') and Unicode spaces around them: a paste or a typo, not a figure to
-# guess at. float()'s own words for NaN and infinity still read as such, for the range check to refuse in its words.
-_PLAIN_INTEGER = re.compile(r"[+-]?[0-9]+")
-_PLAIN_DECIMAL = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf|infinity|nan))")
-_ASCII_SPACE = " \t\n\r\f\v"
-
-
-def plain_number(text: str, *, integer: bool = False) -> int | float | None:
-    """`text` as an int (with `integer`) or a float when it is plainly written, else None."""
-    written = text.strip(_ASCII_SPACE)
-    if not (_PLAIN_INTEGER if integer else _PLAIN_DECIMAL).fullmatch(written):
-        return None
-    try:
-        return int(written) if integer else float(written)
-    except ValueError:  # an integer past Python's 4,300 digits: past every flag's range too
-        return None
 
 
 def written_number() -> Callable[[str], Any]:
@@ -385,12 +365,20 @@ def _flat_or_falling(batches: list[float], seconds: list[float],
 def cluster_client() -> KubeClient:
     """The API client (in-cluster, else the kubeconfig), or one line saying why there is none."""
     import kubernetes.config  # only the commands that talk to a cluster pay for the import
+    import yaml
 
     from infertune.actuate.apply import client_from_environment
 
+    where = os.environ.get("KUBECONFIG") or "~/.kube/config"
     try:
         return client_from_environment()
     except (kubernetes.config.ConfigException, OSError) as exc:
-        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
         raise UserError(f"no cluster to talk to: not in a pod, and the kubeconfig ({where}) "
                         f"does not load: {exc}") from None
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError, LookupError) as exc:
+        # The client's loader reads the file unchecked: YAML that does not parse, bytes that are not UTF-8 or
+        # base64 that does not decode (ValueError), a list or a string where a kubeconfig has mappings.
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 200 else detail[:197] + "..."
+        raise UserError(f"no cluster to talk to: not in a pod, and the kubeconfig ({where}) is not a kubeconfig "
+                        f"({type(exc).__name__}: {detail})") from None

@@ -7,6 +7,8 @@ import argparse
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -38,27 +40,43 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=handle)
 
 
-def _from_cluster(args: argparse.Namespace) -> tuple[Resolved, dict[str, Any]]:
+@contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """A call to the API server, whose failure is one line naming what was read: the server refused it
+    (ApiError), or the kubeconfig's server could not be reached or answered with what is not JSON (the
+    client raises urllib3's errors, a socket's OSError or json's ValueError, none of them words for the user)."""
+    import urllib3
+
     from infertune.errors import ApiError
 
+    try:
+        yield
+    except ApiError as exc:
+        raise UserError(f"cannot read {what}: {exc}") from None
+    except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc  # MaxRetryError's own words bury the cause in the URL
+        raise UserError(f"cannot read {what}: the API server did not answer: {reason}") from None
+
+
+def _from_cluster(args: argparse.Namespace) -> tuple[Resolved, dict[str, Any]]:
     kube = cluster_client()
     namespace = DEFAULT_NAMESPACE if args.namespace is None else args.namespace
-    try:
+    with _reading(f"{KIND} {namespace}/{args.name}"):
         body = kube.get(API_VERSION, KIND, namespace, args.name)
-    except ApiError as exc:
-        raise UserError(f"cannot read {KIND} {namespace}/{args.name}: {exc}") from None
     if body is None:
         raise UserError(f"{KIND} {namespace}/{args.name} not found")
     spec = parse_spec(body.get("spec"))
     policy = None
     if spec.policy_ref is not None:
-        raw = kube.get(API_VERSION, "ServingPolicy", None, spec.policy_ref.name)
+        with _reading(f"ServingPolicy {spec.policy_ref.name}"):
+            raw = kube.get(API_VERSION, "ServingPolicy", None, spec.policy_ref.name)
         if raw is None:
             raise UserError(f"spec.policyRef.name: ServingPolicy {spec.policy_ref.name!r} not found")
         policy = parse_policy(raw.get("spec"))
     config = None
     if spec.model.config_map_ref is not None:
-        cm = kube.get("v1", "ConfigMap", namespace, spec.model.config_map_ref.name) or {}
+        with _reading(f"ConfigMap {namespace}/{spec.model.config_map_ref.name}"):
+            cm = kube.get("v1", "ConfigMap", namespace, spec.model.config_map_ref.name) or {}
         config = (cm.get("data") or {}).get(spec.model.config_map_ref.key)
     return resolve(spec, policy, config), dict(body.get("status") or {})
 

@@ -35,6 +35,9 @@ from infertune.observe.http import TIMEOUT_MAX_SECONDS, TIMEOUT_MIN_SECONDS, Fet
 from infertune.observe.promql import DEFAULT_METRICS_WINDOW, range_seconds
 from infertune.textfile import read_text
 
+DEFAULT_INTERVAL = 5.0  # --source pods
+DEFAULT_FIT_HISTORY = "30m"  # --source prometheus
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -47,10 +50,13 @@ def register(sub: Any) -> None:
     p.add_argument("--window", default=DEFAULT_METRICS_WINDOW,
                    help="rate window, a Prometheus duration (default %(default)s); with pods, the span of polls "
                         "read over")
-    p.add_argument("--interval", type=number(0, 3600), default=5.0,
-                   help="pods: seconds between the two scrapes rates come from (0: gauges only)")
-    p.add_argument("--fit-history", default="30m",
-                   help="prometheus: how far back the per-pass fit looks (e.g. 30m, 2h; 0 disables)")
+    # No defaults here: each belongs to one source, and given with the other it would be ignored (see _source).
+    p.add_argument("--interval", type=number(0, 3600), default=None,
+                   help=f"pods: seconds between the two scrapes rates come from (default {DEFAULT_INTERVAL:g}; "
+                        "0: gauges only)")
+    p.add_argument("--fit-history", default=None,
+                   help=f"prometheus: how far back the per-pass fit looks (default {DEFAULT_FIT_HISTORY}; e.g. 30m, "
+                        "2h; 0 disables)")
     p.add_argument("--token-file", help="file holding a bearer token for Prometheus")
     p.add_argument("--ca", help="CA bundle to verify Prometheus' TLS certificate")
     p.add_argument("--insecure", action="store_true", help="skip TLS verification")
@@ -80,23 +86,27 @@ PROMETHEUS_MAX_POINTS = 11_000
 def _fit_history(args: argparse.Namespace) -> float:
     """--fit-history in seconds. From Prometheus the history is read in range queries stepped by --window:
     one that needs more points than Prometheus answers would fail, and the fit would say only "none yet"."""
-    history = _seconds(args.fit_history, "--fit-history", zero=True)
-    if args.source == "prometheus" and history > 0:
+    if args.source != "prometheus":
+        return 0.0  # the pods are read twice, now: they keep no history (a --fit-history given is refused in _source)
+    written = DEFAULT_FIT_HISTORY if args.fit_history is None else args.fit_history
+    history = _seconds(written, "--fit-history", zero=True)
+    if history > 0:
         step = _seconds(args.window, "--window")
         if history / step > PROMETHEUS_MAX_POINTS:
             most = format_duration(PROMETHEUS_MAX_POINTS * step)
             raise UserError(f"--fit-history: at most {most} with --window {args.window.strip()} (Prometheus answers "
                             f"at most {PROMETHEUS_MAX_POINTS:,} points per series, one per --window), got "
-                            f"{args.fit_history.strip()}")
+                            f"{written.strip()}")
     return history
 
 
 def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
     # A flag of the other source would be ignored without a word (`--source prometheus --targets ...`
     # read Prometheus, not the pods named).
-    others = (("--targets", args.targets),) if args.source == "prometheus" else (
+    # `--source pods --fit-history 2h` and `--source prometheus --interval 60` were ignored the same way.
+    others = (("--targets", args.targets), ("--interval", args.interval)) if args.source == "prometheus" else (
         ("--url", args.url), ("--token-file", args.token_file), ("--ca", args.ca),
-        ("--insecure", args.insecure or None))
+        ("--insecure", args.insecure or None), ("--fit-history", args.fit_history))
     given = [flag for flag, value in others if value is not None]
     if given:
         raise UserError(f"{given[0]}: does not go with --source {args.source}")
@@ -159,8 +169,9 @@ def run(args: argparse.Namespace) -> int:
     source = _source(args)
     try:
         snap = source.poll()
-        if isinstance(source, PodsSource) and args.interval > 0:
-            time.sleep(args.interval)
+        interval = DEFAULT_INTERVAL if args.interval is None else args.interval
+        if isinstance(source, PodsSource) and interval > 0:
+            time.sleep(interval)
             snap = source.poll()
         fits = _fits(source, snap, history)
     finally:

@@ -19,6 +19,7 @@ from infertune.api.schema import (
     REQUESTS_PER_SECOND_MAX,
 )
 from infertune.commands._inputs import (
+    SAMPLE_PASS_MS_MAX,
     SAMPLE_PASS_MS_MIN,
     check_above_token_floor,
     check_tp,
@@ -127,9 +128,12 @@ def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
         if written is None:
             raise UserError(f"--fit: expected INTERCEPT_MS,SLOPE_MS, got {args.fit!r}")
         a_ms, b_ms = written
-        if not (SAMPLE_PASS_MS_MIN <= a_ms < 1e5 and 0 <= b_ms < 1e5):
+        # A slope of 0 is batching for free: refused in samples and load tests alike, it planned the largest
+        # batch the KV holds.
+        if not (SAMPLE_PASS_MS_MIN <= a_ms < 1e5 and 0 < b_ms < 1e5):
             raise UserError(f"--fit: the intercept must be at least {SAMPLE_PASS_MS_MIN:g} ms (no pass is shorter) "
-                            f"and the slope a non-negative number of ms, got {args.fit!r}")
+                            f"and the slope above 0 ms a stream (a pass takes longer with more streams), "
+                            f"got {args.fit!r}")
         return {args.fit_tp: LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, float(args.max_concurrency))}
     if args.samples:
         # The planner fits the napkin's terms to them (model/passfit.py); a row without context_tokens
@@ -150,9 +154,20 @@ def _check_fit_tp(args: argparse.Namespace, request: PlanRequest) -> PlanRequest
                         f"({', '.join(str(t) for t in request.tp_sizes)}), so the fit would be ignored")
     given = request.fits[args.fit_tp]
     assert isinstance(given, SampleSet | LinearFit)  # what `_fits` reads from the flags
+    if isinstance(given, LinearFit):
+        _check_fit_in_range(args.fit, given, request.concurrency_max)
     fastest = min(given.seconds) if isinstance(given, SampleSet) else given.per_pass(1.0)
     check_above_token_floor(fastest, request.model, request.gpu, args.fit_tp, "--fit" if args.fit else "--samples")
     return request
+
+
+def _check_fit_in_range(written: str, fit: LinearFit, concurrency_max: int) -> None:
+    """The line must predict a pass a decode step can take (PASS_MS_RANGE, as `fit` checks its predictions)
+    up to the largest batch planned: `--fit 99999,1` planned on passes of 100 s, 0.0 tok/s a stream."""
+    slowest_ms = fit.per_pass(float(concurrency_max)) * 1e3
+    if slowest_ms > SAMPLE_PASS_MS_MAX:
+        raise UserError(f"--fit: {written} predicts a pass of {slowest_ms:,.0f} ms at batch {concurrency_max}, the "
+                        f"largest planned; a decode step takes {SAMPLE_PASS_MS_MIN:g}..{SAMPLE_PASS_MS_MAX:,.0f} ms")
 
 
 def _flag(dest: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from infertune.actuate.workload import Owner, desired_objects
+from infertune.api.formats import shown
 from infertune.api.names import name_refusal, namespace_refusal
 from infertune.api.policy import POLICY_KIND, ServingPolicySpec, parse_policy
 from infertune.api.schema import CONCURRENCY_MAX
@@ -110,8 +111,17 @@ def load_resource(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: no {KIND} ({API_VERSION}) in the file")
     if len(found) > 1:  # which one was meant is not ours to guess
         raise UserError(f"{path}: {len(found)} {KIND} documents in the file; give a file with exactly one")
+    _check_api_version(path, found[0])
     _check_metadata(path, found[0])
     return found[0]
+
+
+def _check_api_version(path: Path | str, document: dict[str, Any]) -> None:
+    """A document that names another version of the API is refused: `infertune.io/v9` was read as this
+    version's spec, whose fields it may not share. One without an apiVersion is read as this one's."""
+    version = document.get("apiVersion", API_VERSION)
+    if version != API_VERSION:
+        raise UserError(f"{path}: apiVersion {shown(version)}; this infertune reads {API_VERSION}")
 
 
 def _check_metadata(path: Path, resource: dict[str, Any]) -> None:
@@ -142,6 +152,7 @@ def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPoli
     kind = docs[0].get("kind", POLICY_KIND)
     if kind != POLICY_KIND:  # another resource's spec would be read as a policy's, all defaults
         raise UserError(f"{flag}: {candidate} is a {kind}, not a {POLICY_KIND}")
+    _check_api_version(f"{flag}: {candidate}", docs[0])
     return parse_policy(docs[0].get("spec"))
 
 
