@@ -3,7 +3,7 @@ not answer, ended `explain NAME` and `run` in an internal error; `plan --fit` to
 minute-long passes; `simulate` ran a TP the engine refuses; a trace took `1_000` tokens or a key given twice; and
 `bench --report` and `demo --report` found a directory standing at one of their files only after every run, with
 the others already written; `observe` ignored a setting of the other source; and `render`, `plan` and `explain -f`
-read a resource or a policy of another API version (`infertune.io/v9`) as this one's.
+read a resource or a policy of another API version (`infertune.io/v9`) as this one's, and a TP size listed twice.
 Each is now refused in one line that names the flag or the file (exit 2), with nothing written; a few valid
 inputs the fixes must keep taking are checked beside them."""
 
@@ -237,3 +237,26 @@ def test_a_policy_of_another_api_version_is_refused(capsys: pytest.CaptureFixtur
 def test_a_resource_of_this_api_version_is_still_rendered(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "render", "-f", str(EXAMPLE), "--policy", str(POLICY))
     assert code == 0 and "kind: Deployment" in out, err
+
+
+# --- a TP size listed twice ----------------------------------------------------------------------------------
+def test_a_tp_size_listed_twice_is_refused_in_a_resource(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """[8, 8] was taken (the repeat planned nothing twice, but which was meant is not a question to answer); the
+    CRD's list type is now a set, so the API server refuses it too."""
+    resource = write(tmp_path / "r.yaml", EXAMPLE.read_text().replace("tensorParallelSizes: [4, 8]",
+                                                                      "tensorParallelSizes: [8, 4, 8]"))
+    code, out, err = run(capsys, "render", "-f", resource, "--policy", str(POLICY))
+    assert refused(code, out, err, "tensorParallelSizes[2]: 8 is listed twice"), err
+
+
+def test_a_tp_size_listed_twice_is_refused_in_a_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    policy = write(tmp_path / "p.yaml",
+                   POLICY.read_text().replace("  tuning:\n", "  tuning:\n    tensorParallelSizes: [4, 4]\n", 1))
+    code, out, err = run(capsys, "render", "-f", str(EXAMPLE), "--policy", policy)
+    assert refused(code, out, err, "tensorParallelSizes[1]: 4 is listed twice"), err
+
+
+def test_the_crds_list_tp_sizes_as_a_set() -> None:
+    for crd in ("infertune.io_inferencedeployments.yaml", "infertune.io_servingpolicies.yaml"):
+        text = (REPO / "crds" / crd).read_text()
+        assert text.count("x-kubernetes-list-type: set") >= 1, crd

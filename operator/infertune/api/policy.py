@@ -30,9 +30,11 @@ from infertune.api.tuning import (
     MAX_REPLICA_STEP_DESCRIPTION,
     STALE_AFTER_DESCRIPTION,
     TP_SIZES_DESCRIPTION,
+    TP_SIZES_LIST_TYPE,
     ConcurrencyRange,
     Cooldowns,
     ReplicaRange,
+    distinct_tp_sizes,
 )
 from infertune.errors import SpecError
 
@@ -47,7 +49,8 @@ class PolicyTuning(ApiModel):
         {"staleAfter": STALE_AFTER_RANGE})]})
 
     tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7,
-                                                    description=TP_SIZES_DESCRIPTION)
+                                                    description=TP_SIZES_DESCRIPTION,
+                                                    json_schema_extra=TP_SIZES_LIST_TYPE)
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
     kv_headroom_percent: int | None = Field(default=None, ge=0, le=90, description=KV_HEADROOM_DESCRIPTION)
@@ -57,6 +60,11 @@ class PolicyTuning(ApiModel):
     max_replica_step: int | None = Field(default=None, ge=1, le=REPLICAS_MAX, description=MAX_REPLICA_STEP_DESCRIPTION)
     stale_after: Duration | None = Field(default=None, description=STALE_AFTER_DESCRIPTION)
     cooldowns: Cooldowns | None = None
+
+    @field_validator("tensor_parallel_sizes")
+    @classmethod
+    def _distinct_tp(cls, value: list[int] | None) -> list[int] | None:
+        return distinct_tp_sizes(value)
 
     @field_validator("stale_after")
     @classmethod

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from infertune.api.schema import (
     ALLOWED_TP_SIZES,
@@ -110,6 +111,18 @@ TP_SIZES_DESCRIPTION = (
     + ", ".join(str(t) for t in ALLOWED_TP_SIZES) + ", and each one the model's attention heads allow (the spec "
     "is invalid otherwise). Default: those of 1, 2, 4 and 8 the model allows. A size above "
     "spec.hardware.gpusPerNode runs each replica across nodes, as a LeaderWorkerSet.")
+# The API server refuses a size listed twice: the list is a set (which one was meant twice is not a question).
+TP_SIZES_LIST_TYPE: JsonDict = {"x-kubernetes-list-type": "set"}
+
+
+def distinct_tp_sizes(sizes: list[int] | None) -> list[int] | None:
+    """The sizes as given, or an error naming the first one listed twice (the CRD's list type refuses it too)."""
+    for index, tp in enumerate(sizes or ()):
+        if tp in (sizes or [])[:index]:
+            raise ValueError(f"tensorParallelSizes[{index}]: {tp} is listed twice")
+    return sizes
+
+
 KV_HEADROOM_DESCRIPTION = (
     "Share of each replica's KV cache kept free, percent 0-90: a layout qualifies only while its KV working set "
     "stays under the line at (100 - this)% of the KV pool at the load it is sized for (a new layout may cross it "
@@ -154,7 +167,8 @@ class Tuning(ApiModel):
         "as it is, as the infertune.io/paused: \"true\" annotation does. In every mode a resource with no "
         "workload yet gets one, at the layout planned on the workload hints. Default Auto."))
     tensor_parallel_sizes: list[int] | None = Field(default=None, min_length=1, max_length=7,
-                                                    description=TP_SIZES_DESCRIPTION)
+                                                    description=TP_SIZES_DESCRIPTION,
+                                                    json_schema_extra=TP_SIZES_LIST_TYPE)
     concurrency: ConcurrencyRange | None = None
     replicas: ReplicaRange | None = None
     kv_headroom_percent: int | None = Field(default=None, ge=0, le=90, description=KV_HEADROOM_DESCRIPTION)
@@ -168,6 +182,11 @@ class Tuning(ApiModel):
         "firing after it has passed. Default 30s. 0s..24h. " + DURATION_FORMAT))
     stale_after: Duration | None = Field(default=None, description=STALE_AFTER_DESCRIPTION)
     cooldowns: Cooldowns | None = None
+
+    @field_validator("tensor_parallel_sizes")
+    @classmethod
+    def _distinct_tp(cls, value: list[int] | None) -> list[int] | None:
+        return distinct_tp_sizes(value)
 
     @field_validator("interval")
     @classmethod
