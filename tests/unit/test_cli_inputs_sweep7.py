@@ -3,7 +3,8 @@ not answer, ended `explain NAME` and `run` in an internal error; `plan --fit` to
 minute-long passes; `simulate` ran a TP the engine refuses; a trace took `1_000` tokens or a key given twice; and
 `bench --report` and `demo --report` found a directory standing at one of their files only after every run, with
 the others already written; `observe` ignored a setting of the other source; and `render`, `plan` and `explain -f`
-read a resource or a policy of another API version (`infertune.io/v9`) as this one's, and a TP size listed twice.
+read a resource or a policy of another API version (`infertune.io/v9`) as this one's, and a TP size listed twice;
+`observe` took a target whose identity was left empty, and `simulate serve` empty names for its targets' labels.
 Each is now refused in one line that names the flag or the file (exit 2), with nothing written; a few valid
 inputs the fixes must keep taking are checked beside them."""
 
@@ -260,3 +261,23 @@ def test_the_crds_list_tp_sizes_as_a_set() -> None:
     for crd in ("infertune.io_inferencedeployments.yaml", "infertune.io_servingpolicies.yaml"):
         text = (REPO / "crds" / crd).read_text()
         assert text.count("x-kubernetes-list-type: set") >= 1, crd
+
+
+# --- names left empty ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", ["=127.0.0.1:1", " =127.0.0.1:1"])
+def test_observe_refuses_a_target_whose_identity_is_left_empty(capsys: pytest.CaptureFixture[str],
+                                                               target: str) -> None:
+    """`=host:port` was read as `host:port`, the `=` dropped: an identity left out, not one to guess."""
+    code, out, err = run(capsys, "observe", "--source", "pods", "--targets", target, "--interval", "0")
+    assert refused(code, out, err, "expected namespace/deployment/pod=host:port"), err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--namespace", ""), ("--deployment", ""), ("--namespace", "Not_A_NS"),
+                                             ("--deployment", "sim-")])
+def test_simulate_serve_refuses_a_label_no_deployment_could_carry(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path, flag: str, value: str) -> None:
+    """They label the pods in the file_sd targets; an empty one went in as it was, before any pod served."""
+    targets = tmp_path / "targets.json"
+    code, out, err = run(capsys, "simulate", "serve", "--duration", "1", "--targets-file", str(targets), flag, value)
+    assert refused(code, out, err, flag, "is not a Kubernetes name"), err
+    assert not targets.exists()

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infertune.api.names import is_namespace_name, is_object_name
 from infertune.api.quantities import format_figure
 from infertune.api.schema import CONCURRENCY_MAX, CONTEXT_TOKENS_MAX
 from infertune.commands._inputs import (
@@ -198,6 +199,13 @@ def run_sweep(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     writable_file("--targets-file", args.targets_file)
+    # They label the pods' series in the file_sd targets, as a Deployment's namespace and name would: an empty
+    # or malformed one read as a deployment no resource could name.
+    for flag, value, is_name in (("--namespace", args.namespace, is_namespace_name),
+                                 ("--deployment", args.deployment, is_object_name)):
+        if not is_name(value):
+            raise UserError(f"{flag}: {value!r} is not a Kubernetes name (lower-case letters, digits, '-' and, "
+                            "in a deployment's, '.'; a letter or digit first and last)")
     if args.port and args.port + args.replicas - 1 > 65535:  # replica i listens on PORT+i
         raise UserError(f"--port: {args.replicas} replicas from port {args.port} run past 65535; choose a lower "
                         "port, or 0 for any")

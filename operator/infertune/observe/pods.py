@@ -65,11 +65,11 @@ class PodTarget:
     @classmethod
     def parse(cls, text: str, namespace: str = "default", deployment: str = "default") -> PodTarget:
         """`host:port`, a URL, or `namespace/deployment/pod=host:port`."""
-        ident, _, address = text.strip().rpartition("=")
+        ident, equals, address = text.strip().rpartition("=")
         if not address:
             raise UserError(f"target {text!r}: expected host:port")
         pod = address
-        if ident:
+        if equals:  # `=host:port` names no pod: its identity was left out, not meant to be dropped
             parts = ident.split("/")
             if len(parts) != 3 or not all(parts):
                 raise UserError(f"target {text!r}: expected namespace/deployment/pod=host:port")
