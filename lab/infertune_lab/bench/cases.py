@@ -178,12 +178,17 @@ def check_duration(name: str, duration: float | None) -> None:
                         f"a minute out of it, so it needs at least {SPIKE_MIN_SECONDS:g} s, got {duration:g}")
 
 
+def case_name(name: str, trace: Path | None) -> str:
+    """What a run is named by, in its tables and its report's files: a trace replay after the trace's file."""
+    return name if trace is None else trace.stem
+
+
 def build(name: str, sweep: CapacitySweep, tps: Sequence[int], pool_gpus: int, seed: int,
           duration: float | None = None, trace: Path | None = None, rate_multiplier: float | None = None) -> BenchCase:
     """The named scenario (or a trace replay) sized for `pool_gpus`."""
     if trace is not None or name == "azure-code":
         path = trace or AZURE_CODE_TRACE
-        return _trace_case(name if trace is None else trace.stem, path, sweep, tps, pool_gpus, seed,
+        return _trace_case(case_name(name, trace), path, sweep, tps, pool_gpus, seed,
                            duration or DURATIONS["azure-code"], rate_multiplier)
     if name == RANDOM:
         return _random_case(sweep, pool_gpus, seed, duration or RANDOM_DURATION)

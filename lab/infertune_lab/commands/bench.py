@@ -12,7 +12,7 @@ from typing import Any
 
 from infertune.commands._inputs import dump_json, number, path, writable_dir
 from infertune.errors import UserError
-from infertune_lab.bench.cases import NAMES, RANDOM, check_duration
+from infertune_lab.bench.cases import NAMES, RANDOM, case_name, check_duration
 from infertune_lab.bench.report import document, file_names, text, write
 from infertune_lab.bench.runner import DEFAULT_ROUTER
 from infertune_lab.bench.suite import POLICIES, Options, ScenarioResult, run_scenario, stderr
@@ -83,8 +83,8 @@ def _scenarios(args: argparse.Namespace) -> list[str]:
 def handle(args: argparse.Namespace) -> int:
     names = _scenarios(args)
     # The report's files by name: a directory standing at bench.md was found only after every run, with the
-    # plots already written beside it. A trace's scenario is named after its file.
-    reported = [args.trace.stem if name == "trace" and args.trace is not None else name for name in names]
+    # plots already written beside it.
+    reported = [case_name(name, args.trace) for name in names]
     writable_dir("--report", args.report, file_names(reported, args.frontier))
     if args.trace is not None:
         load_trace(args.trace)  # read and checked whole now: a directory or a bad row is named before any run
