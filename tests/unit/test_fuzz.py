@@ -36,7 +36,7 @@ from infertune.model import load_gpu, load_model, profile_from_hf_config, worklo
 from infertune.model.catalog import CatalogError
 from infertune.observe import PodsSource, PodTarget
 from infertune.observe.dialects import COUNTERS, GAUGES, HISTOGRAMS
-from infertune.observe.figures import KV_USAGE_MAX, Expected, ReplicaLimits
+from infertune.observe.figures import KV_USAGE_MAX, SAMPLE_AHEAD_MAX_SECONDS, Expected, ReplicaLimits
 from infertune.observe.plausible import replica_limits
 from infertune.observe.prometheus import PrometheusSource, _answer, _Malformed
 from infertune.planner import PlanRequest, SloTarget, plan
@@ -197,7 +197,10 @@ def answers(draw: st.DrawFn) -> list[bytes]:
     return docs
 
 
-def _in_range(obs: Observation, limits: ReplicaLimits) -> None:
+def _in_range(obs: Observation, limits: ReplicaLimits, now: float) -> None:
+    # A trusted observation is dated by a clock: finite, and not after the poll that read it (by more than a
+    # store's rounding: figures.SAMPLE_AHEAD_MAX_SECONDS).
+    assert math.isfinite(obs.sample_time) and obs.sample_time <= now + SAMPLE_AHEAD_MAX_SECONDS, obs.sample_time
     replicas = max(len(obs.replicas), 1)
     for name in ("running", "waiting", "preemption_rate", "arrival_rate", "completion_rate", "mean_prompt_tokens",
                  "mean_cached_tokens", "mean_generated_tokens", "ttft_p50_seconds", "ttft_p95_seconds",
@@ -226,7 +229,7 @@ def test_any_prometheus_answer_is_a_fault_or_figures_in_their_physical_range(doc
     obs = snapshot.get(*KEY)
     tally("prometheus answers", obs.fault.value)
     if obs.available:
-        _in_range(obs, LIMITS)
+        _in_range(obs, LIMITS, 1_700_000_000.0)
         _planned(obs)
 
 
@@ -279,7 +282,7 @@ def test_any_metrics_payload_is_a_fault_or_figures_in_their_physical_range(pods:
     obs = source.poll(expected).get(*KEY)
     tally("/metrics payloads", obs.fault.value)
     if obs.available:
-        _in_range(obs, LIMITS)
+        _in_range(obs, LIMITS, now[0])
         _planned(obs)
 
 

@@ -18,6 +18,7 @@ from infertune.actuate.engine import (
     pre_stop,
     probes,
 )
+from infertune.api.schema import ALLOWED_TP_SIZES, CONCURRENCY_MAX, REPLICAS_MAX
 from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec
 from infertune.planner.types import Layout
 
@@ -230,12 +231,36 @@ def layout_of_workload(obj: Obj) -> Layout | None:
     if obj.get("kind") not in tuple(WorkloadKind):
         return None
     notes = (_pod_template(obj).get("metadata") or {}).get("annotations") or {}
-    try:
-        replicas = int((obj.get("spec") or {}).get("replicas", 1))
-        layout = Layout(int(notes[TP_ANNOTATION]), int(notes[SEQS_ANNOTATION]), replicas)
-    except (KeyError, TypeError, ValueError):
+    if not isinstance(notes, dict):
         return None
-    return layout if min(layout.tensor_parallel_size, layout.max_num_seqs) >= 1 and replicas >= 0 else None
+    return layout_read_back(notes.get(TP_ANNOTATION), notes.get(SEQS_ANNOTATION),
+                            (obj.get("spec") or {}).get("replicas", 1))
+
+
+def layout_read_back(tp: object, max_num_seqs: object, replicas: object) -> Layout | None:
+    """A layout read back from what anyone may edit (a workload's annotations and replicas, the resource's
+    status): None unless each figure is one the operator could have applied, a TP of ALLOWED_TP_SIZES and
+    max-num-seqs and replicas within the CRD's bounds. The operator re-applies the layout it reads back, so
+    an annotation edited to TP 3 (which splits no model's heads) or max-num-seqs 100,000 must not become
+    the workload it renders; the caller falls back to what it recorded, or to a first visit's plan."""
+    counts = (_count_read_back(tp), _count_read_back(max_num_seqs), _count_read_back(replicas))
+    if counts[0] not in ALLOWED_TP_SIZES or counts[1] is None or not 1 <= counts[1] <= CONCURRENCY_MAX:
+        return None
+    if counts[2] is None or counts[2] > REPLICAS_MAX:
+        return None
+    return Layout(counts[0], counts[1], counts[2])
+
+
+def _count_read_back(value: object) -> int | None:
+    """A non-negative count written as an integer, or as the ASCII digits an annotation holds; not a bool,
+    a fraction, a sign, `1_0` or another script's digits, which int() would take."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and 0 < len(value) <= 10 and value.isascii() and value.isdigit():
+        return int(value)
+    return None
 
 
 def _rolling(max_surge: int, max_unavailable: int) -> Obj:

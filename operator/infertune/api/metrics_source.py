@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import yarl
 from pydantic import ConfigDict, Field, model_validator
 
 from infertune.api.formats import PROMETHEUS_URL
@@ -54,11 +55,25 @@ class PrometheusSource(ApiModel):
         if not parse_duration(SOURCE_TIMEOUT_MIN) <= seconds <= parse_duration(SOURCE_TIMEOUT_MAX):
             raise ValueError(f"spec.metrics.prometheus.timeout: {self.timeout} is outside "
                              f"{SOURCE_TIMEOUT_MIN}..{SOURCE_TIMEOUT_MAX}")
+        if self.url is not None:
+            _check_url_parses(self.url)
         if (self.bearer_token_secret_ref is not None and self.url is not None and not self.url.startswith("https://")
                 and not self.allow_token_over_http):
             raise ValueError("spec.metrics.prometheus.url: a bearer token would be sent over plain http; use "
                              "https, or set allowTokenOverHttp: true")
         return self
+
+
+def _check_url_parses(url: str) -> None:
+    """The CRD's pattern admits an unclosed IPv6 bracket (`http://[::1`) and a port past 65535, which no request
+    can go to: refused here, as the operator's source would refuse them on every poll (observe/http.py)."""
+    try:
+        port = yarl.URL(url).port  # an unclosed bracket, or a port out of range, raises
+    except ValueError:
+        raise ValueError(f"spec.metrics.prometheus.url: {url[:80]!r} is not a URL (a bracket left open, or a port "
+                         f"past 65535)") from None
+    if port is not None and not 0 < port < 65536:
+        raise ValueError(f"spec.metrics.prometheus.url: port {port} is outside 1..65535")
 
 
 class Metrics(ApiModel):

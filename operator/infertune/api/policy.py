@@ -84,6 +84,9 @@ class ServingPolicySpec(ApiModel):
 
 
 def parse_policy(raw: Any) -> ServingPolicySpec:
+    if raw is not None and not isinstance(raw, dict):
+        # The CRD's spec is an object; a list or a string read as `raw or {}` named a missing field instead.
+        raise SpecError(f"ServingPolicy spec: must be an object, got {type(raw).__name__}")
     try:
         return ServingPolicySpec.model_validate(raw or {})
     except ValidationError as exc:

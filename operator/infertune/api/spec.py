@@ -518,6 +518,9 @@ def parse_spec(raw: Any) -> InferenceDeploymentSpec:
     """Validates a resource's spec; a SpecError names the first bad field as `spec.<path>`."""
     from pydantic import ValidationError
 
+    if raw is not None and not isinstance(raw, dict):
+        # The CRD's spec is an object; a list or a string read as `raw or {}` named a missing field instead.
+        raise SpecError(f"spec: must be an object, got {type(raw).__name__}")
     try:
         return InferenceDeploymentSpec.model_validate(raw or {})
     except ValidationError as exc:

@@ -104,7 +104,8 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
     if inp.fits:  # the fleet's own samples replace a declared load test at the TP they measured
         request = replace(request, fits={**request.fits, **inp.fits})
     workload = inp.workload
-    state = replace(st.state_from_status(inp.status), rolling_out=workload is not None and workload.mid_rollout,
+    state = replace(st.state_from_status(inp.status, inp.now),
+                    rolling_out=workload is not None and workload.mid_rollout,
                     rollout_surge=1 if workload is None else workload.max_surge,
                     rollout_unavailable=0 if workload is None else workload.max_unavailable,
                     ready_replicas=None if workload is None else workload.ready,
@@ -136,13 +137,13 @@ def run_cycle(inp: CycleInput) -> CycleOutcome:
                            else inp.workload, bool(applied)),
         ConditionUpdate(ConditionType.INVALID_SPEC.value, "False", Reason.SPEC_VALID.value, "the spec is valid"),
     ]
-    old = [Condition.from_wire(c) for c in inp.status.get("conditions", [])]
+    old = [Condition.from_wire(dict(c)) for c in st.records(inp.status, "conditions")]
     conditions = merge_conditions(old, updates, st.iso(inp.now), inp.generation)
     fields: dict[str, Any] = {
         "conditions": [c.wire() for c in conditions], "observedGeneration": inp.generation,
         "selector": selector_string(inp.name), "recommendation": st.recommendation(the_plan, decision, look),
         "observed": st.observed(obs, slo, inp.warning),
-        "decisions": st.log_decision(list(inp.status.get("decisions", [])), inp.now, mode.action, mode.reason,
+        "decisions": st.log_decision(st.records(inp.status, "decisions"), inp.now, mode.action, mode.reason,
                                      mode.message),
         "guardrails": st.state_to_status(new_state),
     }

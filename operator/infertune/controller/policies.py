@@ -14,7 +14,7 @@ from typing import Any
 from infertune.api.conditions import Condition, ConditionType, ConditionUpdate, Reason, merge_conditions
 from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.status import PolicySnapshot
-from infertune.controller.status import iso
+from infertune.controller.status import iso, records
 from infertune.errors import PendingError, SpecError
 
 Key = tuple[str, str]
@@ -40,7 +40,7 @@ class PolicyState:
         """`status` (a cycle's) with this condition merged in and the snapshot set."""
         out = {**status, **self.fields}
         if self.condition is not None:
-            current = [Condition.from_wire(c) for c in status.get("conditions", [])]
+            current = [Condition.from_wire(dict(c)) for c in records(status, "conditions")]
             out["conditions"] = [c.wire() for c in merge_conditions(current, self.updates, iso(now), generation)]
         return out
 
@@ -62,7 +62,7 @@ class PolicyMemory:
         if spec is not None:
             policy = parse_policy(dict(spec))
             self._seen[key] = (name, dict(spec))
-            known = status.get("policy") or {}
+            known = _snapshot(status)
             wire = policy.wire()
             seen_at = str(known.get("seenAt") or iso(now)) if (known.get("name"), known.get("spec")) == (
                 name, wire) else iso(now)
@@ -81,7 +81,7 @@ class PolicyMemory:
 
     def _last(self, key: Key, status: Mapping[str, Any], name: str) -> tuple[dict[str, Any], str] | None:
         seen = self._seen.get(key)
-        known = status.get("policy") or {}
+        known = _snapshot(status)
         seen_at = str(known.get("seenAt") or "before this operator started")
         if seen is not None and seen[0] == name:
             return seen[1], seen_at
@@ -95,3 +95,9 @@ class PolicyMemory:
 
     def forget(self, key: Key) -> None:
         self._seen.pop(key, None)
+
+
+def _snapshot(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """status.policy, or nothing when it is not an object."""
+    known = status.get("policy")
+    return known if isinstance(known, Mapping) else {}

@@ -46,6 +46,7 @@ from infertune.controller.status import (
     profile_from_status,
     profile_to_status,
     ready_condition,
+    records,
 )
 from infertune.controller.telemetry import Telemetry
 from infertune.errors import OwnershipError, PendingError, SpecError, StatusError
@@ -278,8 +279,8 @@ class Reconciler:
                             "applied a changed workload" if changed else "the workload is up to date"),
             *policy.updates,
         ], iso(now), resource.generation)
-        stamp = resource.status.get("applied") or {}
-        applied_at = iso(now) if changed or not stamp else str(stamp.get("appliedAt") or iso(now))
+        stamp = _field(resource.status, "applied", "appliedAt")
+        applied_at = iso(now) if changed or not stamp else str(stamp)
         report.status({"conditions": [c.wire() for c in conditions], "observedGeneration": resource.generation,
                        "selector": selector_string(resource.name), "replicas": layout.replicas,
                        "applied": applied_status(layout, gpus_per_node, applied_at), **policy.fields})
@@ -318,14 +319,13 @@ class Reconciler:
         obs = self.metrics.observation(key, max(resolved.request.guardrails.model_load_seconds, SHAPE_MIN_S))
         warning = self.metrics.warning(key, obs, resolved.request.kv_headroom, now)
         memory = self._fit_memory(resource)
-        samples = self.metrics.take_fit_samples(key, _timestamp((resource.status.get("applied") or {}).get(
-            "appliedAt")))
+        samples = self.metrics.take_fit_samples(key, _timestamp(_field(resource.status, "applied", "appliedAt"), now))
         if running is not None and not (workload is not None and workload.mid_rollout):
             memory.add(running.tensor_parallel_size, samples, now)
         status = dict(resource.status)
         if running is not None:
             status["applied"] = applied_status(running, gpus_per_node, str(
-                (resource.status.get("applied") or {}).get("appliedAt") or iso(now)))
+                _field(resource.status, "applied", "appliedAt") or iso(now)))
         profile, profile_status = self._profile(resource, obs, now)
         outcome = run_cycle(CycleInput(resource.namespace, resource.name, resource.generation, resource.paused,
                                        resolved, status, obs, memory.fits(), now, warning, workload,
@@ -364,7 +364,7 @@ class Reconciler:
         kinds = [WorkloadKind.DEPLOYMENT]
         if max(resolved.request.tp_sizes) > resolved.gpu.gpus_per_node:
             kinds.append(WorkloadKind.LEADER_WORKER_SET)
-        recorded = str((resource.status.get("applied") or {}).get("workloadKind", ""))
+        recorded = str(_field(resource.status, "applied", "workloadKind") or "")
         kinds.sort(key=lambda kind: kind.value != recorded)
         for kind in kinds:
             found = self.cluster.workload(resource.key, kind)
@@ -389,7 +389,7 @@ class Reconciler:
         kept = self._profiles.get(resource.key)
         if kept is None:
             raw = resource.status.get("demandProfile")
-            kept = (profile_from_status(raw), _timestamp((raw or {}).get("updatedAt")) if raw else 0.0)
+            kept = (profile_from_status(raw), _timestamp(_field(resource.status, "demandProfile", "updatedAt"), now))
         profile, written = kept
         season = self.metrics.take_season(resource.key)
         if profile.empty and season:  # a first start: the days the source remembers, before any cycle of ours
@@ -414,7 +414,7 @@ class Reconciler:
         memory = self._fit_memories.get(resource.key)
         if memory is None:
             try:
-                memory = FitMemory.from_status(resource.status.get("fitSamples"))
+                memory = FitMemory.from_status(resource.status.get("fitSamples"), now=self.clock())
             except StatusError as exc:  # a hand-edited status: start learning again rather than crash-loop
                 self.log.bind(namespace=resource.namespace, name=resource.name).warning(
                     "ignoring unreadable status.fitSamples", error=str(exc))
@@ -424,7 +424,7 @@ class Reconciler:
 
 
 def _conditions(resource: Resource, now: float) -> list[Condition]:
-    return [Condition.from_wire(c) for c in resource.status.get("conditions", [])] or initial_conditions(
+    return [Condition.from_wire(dict(c)) for c in records(resource.status, "conditions")] or initial_conditions(
         iso(now), resource.generation)
 
 
@@ -448,10 +448,20 @@ def _limits(resolved: Resolved, *layouts: Layout | None) -> ReplicaLimits:
     return replica_limits(resolved.model, resolved.gpu, tps, seqs)
 
 
-def _timestamp(text: Any) -> float:
+def _field(status: Mapping[str, Any], section: str, name: str) -> Any:
+    """status[section][name], or None when either is absent or the section is not a mapping."""
+    part = status.get(section)
+    return part.get(name) if isinstance(part, Mapping) else None
+
+
+def _timestamp(text: Any, now: float) -> float:
+    """A time the operator wrote in status (RFC 3339, UTC); 0.0 (long ago) when absent or unreadable, or
+    when after `now`: no write of ours is dated in the future, and such a stamp read as given would keep
+    every fit sample out (appliedAt) or the demand profile from ever being written again (updatedAt)."""
     from datetime import UTC, datetime
 
     try:
-        return datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+        stamp = datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
     except ValueError:
         return 0.0
+    return stamp if stamp <= now else 0.0

@@ -11,9 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from infertune.actuate.workload import layout_of_workload, rollout_strategy_of, workload_kind
+from infertune.actuate.workload import layout_of_workload, layout_read_back, rollout_strategy_of, workload_kind
 from infertune.api.conditions import ConditionType, ConditionUpdate, Reason
 from infertune.api.observation import Observation
+from infertune.api.schema import REPLICAS_MAX, REQUESTS_PER_SECOND_MAX
 from infertune.api.status import MAX_DECISIONS, InferenceDeploymentStatus, LeftUnsafeShape
 from infertune.model.early_warning import CliffReason, CliffWarning
 from infertune.model.forecast import DemandOutlook, SeasonalProfile
@@ -194,8 +195,10 @@ def profile_from_status(raw: Mapping[str, Any] | None) -> SeasonalProfile:
     except (KeyError, TypeError, ValueError):
         return SeasonalProfile()
     values = (*daily, *weekly)
+    # A mean demand above what any resource may state (REQUESTS_PER_SECOND_MAX) was never learnt from a
+    # fleet: read, one such hour would size the seasonal forecast for it.
     if (len(daily), len(daily_n), len(weekly), len(weekly_n)) != (24, 24, 7, 7) or not all(
-            math.isfinite(v) and v >= 0 for v in values) or min(*daily_n, *weekly_n) < 0:
+            0 <= v <= REQUESTS_PER_SECOND_MAX for v in values) or min(*daily_n, *weekly_n) < 0:
         return SeasonalProfile()
     return SeasonalProfile(daily, daily_n, weekly, weekly_n)
 
@@ -259,8 +262,15 @@ def wire_status(fields: Mapping[str, Any]) -> dict[str, Any]:
     return wired
 
 
-def log_decision(log: list[dict[str, Any]], now: float, action: str, reason: str,
-                 message: str) -> list[dict[str, Any]]:
+def records(status: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """status[key] as the list of objects the operator writes there (conditions, decisions): a field that
+    is no list, or an entry that is no object, is not read (a status written with no schema behind it)."""
+    raw = status.get(key)
+    return [entry for entry in raw if isinstance(entry, Mapping)] if isinstance(raw, list) else []
+
+
+def log_decision(log: list[Mapping[str, Any]], now: float, action: str, reason: str,
+                 message: str) -> list[Mapping[str, Any]]:
     """Appends only a new kind of decision, so a steady state does not rewrite status every cycle."""
     if log and (log[-1].get("action"), log[-1].get("reason")) == (action, reason):
         return log
@@ -274,24 +284,61 @@ def applied_status(layout: Layout, gpus_per_node: int, applied_at: str) -> dict[
             "appliedAt": applied_at}
 
 
-def layout_of(raw: Mapping[str, Any] | None) -> Layout | None:
-    if not raw:
+def layout_of(raw: Any) -> Layout | None:
+    """status.applied (or guardrails.rolledFrom) as a layout; None when absent or not one the operator
+    could have applied (the CRD's schema leaves status.applied's counts unbounded)."""
+    if not isinstance(raw, Mapping):
         return None
-    try:
-        return Layout(int(raw["tensorParallelSize"]), int(raw["maxNumSeqs"]), int(raw["replicas"]))
-    except (KeyError, TypeError, ValueError):
-        return None
+    return layout_read_back(raw.get("tensorParallelSize"), raw.get("maxNumSeqs"), raw.get("replicas"))
 
 
-def state_from_status(status: Mapping[str, Any]) -> PlannerState:
-    memory = status.get("guardrails") or {}
-    recent = tuple((float(t), int(r)) for t, r in memory.get("recentRecommendations", []) if t is not None)
+def state_from_status(status: Mapping[str, Any], now: float | None = None) -> PlannerState:
+    """The guardrails' memory from status. Only the operator writes it, but anyone with access to the status
+    subresource can edit it, and its schema bounds little: what is not a figure the operator could have
+    written is not trusted (`now`, when given, is the latest time a record may bear)."""
+    memory = status.get("guardrails")
+    memory = memory if isinstance(memory, Mapping) else {}
     return PlannerState(
-        applied=layout_of(status.get("applied")), last_scale_up_at=memory.get("lastScaleUpAt"),
-        last_scale_down_at=memory.get("lastScaleDownAt"), last_relayout_at=memory.get("lastRelayoutAt"),
-        recent_recommendations=recent, rolled_from=layout_of(memory.get("rolledFrom")),
-        left_unsafe=left_unsafe_of(memory.get("leftUnsafe")),
+        applied=layout_of(status.get("applied")),
+        last_scale_up_at=_recorded_time(memory.get("lastScaleUpAt"), now),
+        last_scale_down_at=_recorded_time(memory.get("lastScaleDownAt"), now),
+        last_relayout_at=_recorded_time(memory.get("lastRelayoutAt"), now),
+        recent_recommendations=_recommendations(memory.get("recentRecommendations"), now),
+        rolled_from=layout_of(memory.get("rolledFrom")), left_unsafe=left_unsafe_of(memory.get("leftUnsafe")),
     )
+
+
+def _recorded_time(value: Any, now: float | None) -> float | None:
+    """A guardrail's time (Unix seconds); None when absent. One that no clock of ours wrote (not a finite
+    number, before 1970, after `now`) reads as `now`: its cooldown restarts once, where a time in the year
+    3000 would hold every scale for ever and a garbled one would lift the guardrail or end the cycle."""
+    if value is None:
+        return None
+    trusted = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+        and value >= 0 and (now is None or value <= now)
+    if trusted:
+        return float(value)
+    return now if now is not None else None
+
+
+def _recommendations(raw: Any, now: float | None) -> tuple[tuple[float, int], ...]:
+    """guardrails.recentRecommendations: each [time, replicas] the operator wrote. An entry of another shape
+    or a count no resource may have is dropped (the stabilisation window then seeds itself from what runs
+    when none is left); a time after `now` reads as `now`, so that an entry dated in the future cannot hold
+    its count for ever."""
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for entry in raw:
+        if not isinstance(entry, list) or len(entry) != 2:
+            continue
+        time_, count = _recorded_time(entry[0], now), entry[1]
+        if isinstance(count, float) and math.isfinite(count) and count.is_integer():
+            count = int(count)  # the status model keeps the pair as numbers: 4 comes back as 4.0
+        if time_ is None or isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= REPLICAS_MAX:
+            continue
+        out.append((time_, count))
+    return tuple(out)
 
 
 def left_unsafe_of(raw: Mapping[str, Any] | None) -> LeftUnsafe | None:

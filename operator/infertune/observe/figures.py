@@ -276,6 +276,11 @@ ITL_MAX_SECONDS = 60.0
 # The inter-token seconds a window counts can exceed its streams x its length by what straddles its edges
 # (at most one token's wait per stream): twice the most streams a replica runs is past any edge effect.
 DECODING_SLACK = 2.0
+# A sample dated after the poll that read it: Prometheus evaluates a query at the poll's own time and
+# returns no sample newer than that, and a pod is scraped by the poll's clock. A little is allowed for a
+# store that rounds (Thanos, a remote-read); more is a clock no one should read figures by, and a sample
+# dated in the future would hold every later poll out of the history (observe/history.py keeps time order).
+SAMPLE_AHEAD_MAX_SECONDS = 60.0
 TOKENS_MAX = float(CONTEXT_TOKENS_MAX)  # a mean prompt or answer longer than any model's context
 _REQUEST_RATES = ("ttft_count", "completions", "prompt_length_count", "generation_length_count")
 _TOKEN_RATES = ("generation_tokens", "itl_count", "preemptions")
@@ -353,6 +358,11 @@ def judge(key: DeploymentKey, figs: Sequence[PodFigures], expected: Expected | N
         return Judgement(MetricsFault.COUNTER_RESET,
                          f"counters reset in the window on pod {', '.join(reset[:5])} (restart?)")
     times = [f.sample_time for f in figs if f.sample_time is not None]
+    if not all(math.isfinite(t) for t in times):
+        return Judgement(MetricsFault.NOT_A_NUMBER, "a sample's timestamp is not a number")
+    if times and max(times) > now + SAMPLE_AHEAD_MAX_SECONDS:
+        return Judgement(MetricsFault.IMPLAUSIBLE, f"a sample is dated {max(times) - now:.0f}s after the poll "
+                                                   f"that read it (at most {SAMPLE_AHEAD_MAX_SECONDS:.0f}s)")
     if times and now - min(times) > stale_after:
         age = now - min(times)
         return Judgement(MetricsFault.STALE, f"newest sample is {age:.0f}s old (limit {stale_after:.0f}s)")
@@ -382,7 +392,11 @@ def implausible_means(obs: Observation) -> str | None:
                               ("mean generated tokens", obs.mean_generated_tokens, TOKENS_MAX),
                               ("tokens per running stream", obs.stream_context_tokens, TOKENS_MAX),
                               ("mean inter-token seconds", obs.mean_inter_token_seconds, ITL_MAX_SECONDS),
-                              ("prefix-cache hit rate", obs.prefix_hit_rate, 1.01)):
+                              ("prefix-cache hit rate", obs.prefix_hit_rate, 1.01),
+                              # From the deployment's own histogram query, which no pod's check reads.
+                              ("TTFT p50", obs.ttft_p50_seconds, TTFT_MAX_SECONDS),
+                              ("TTFT p95", obs.ttft_p95_seconds, TTFT_MAX_SECONDS),
+                              ("TTFT p99", obs.ttft_p99_seconds, TTFT_MAX_SECONDS)):
         if value is not None and not 0.0 <= value <= high:
             return f"the deployment's {name} = {value:.4g}, outside its physical range 0..{high:.4g}; not believed"
     return None
@@ -395,7 +409,9 @@ def _assemble(key: DeploymentKey, figs: Sequence[PodFigures], verdict: Judgement
     usages = [r.kv_usage for r in reps]
     known_usage = [u for u in usages if u is not None]
     capacities = [f.capacity_tokens for f in figs if f.capacity_tokens is not None]
-    times = [f.sample_time for f in figs if f.sample_time is not None]
+    # Only a time a status can show: a faulted observation is still displayed (observed figures' sampleTime).
+    times = [f.sample_time for f in figs if f.sample_time is not None and 0 <= f.sample_time <= now
+             + SAMPLE_AHEAD_MAX_SECONDS]
     dialects = sorted({f.dialect for f in figs if f.dialect})
     return Observation(
         namespace=key[0], deployment=key[1],

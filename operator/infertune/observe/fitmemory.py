@@ -21,8 +21,13 @@ from typing import Any
 from infertune.errors import StatusError
 from infertune.model.fit import FitError, LinearFit, fit_per_pass
 from infertune.model.passfit import SampleSet
+from infertune.observe.figures import ITL_MAX_SECONDS
 
 STATUS_VERSION = 2
+# What one window of a replica may show: a pass within a minute (figures.ITL_MAX_SECONDS), a batch a
+# replica can hold. Rows from status or a range answer past them are not measurements.
+PASS_SECONDS_MAX = ITL_MAX_SECONDS
+BATCH_MAX = 1e5
 # How much newer a layout's samples must be before the planner refits it.
 REFIT_SECONDS = 300.0  # rows gained the context; version 1 rows (no context) still load
 
@@ -37,7 +42,8 @@ class FitSample:
 
     def valid(self) -> bool:
         return all(math.isfinite(v) for v in (self.batch, self.seconds, self.weight, self.time, self.context)) \
-            and self.batch >= 1 and self.seconds > 0 and self.weight > 0 and 0 <= self.context < 1e9
+            and 1 <= self.batch <= BATCH_MAX and 0 < self.seconds <= PASS_SECONDS_MAX and self.weight > 0 \
+            and self.time >= 0 and 0 <= self.context < 1e9
 
 
 def _bin(sample: FitSample) -> tuple[int, int]:
@@ -144,11 +150,16 @@ class FitMemory:
 
     @classmethod
     def from_status(cls, data: Mapping[str, Any] | None, max_samples: int = 64,
-                    min_samples: int = 6) -> FitMemory:
-        """Rebuilds from `to_status()`. Raises StatusError naming the bad field; None gives an empty memory."""
+                    min_samples: int = 6, now: float | None = None) -> FitMemory:
+        """Rebuilds from `to_status()`. Raises StatusError naming the bad field; None gives an empty memory.
+        A row outside a sample's physical range (`FitSample.valid`), or dated after `now`, is left out: the
+        newest sample sets when a layout is refitted and the oldest is evicted first, so one dated in the
+        future would freeze the fit for good."""
         memory = cls(max_samples, min_samples)
         if not data:
             return memory
+        if not isinstance(data, Mapping):
+            raise StatusError("fit status: must be an object with a version and layouts")
         version = data.get("version")
         if version not in (1, STATUS_VERSION):
             raise StatusError(f"fit status: unsupported version {version!r}")
@@ -157,7 +168,7 @@ class FitMemory:
         if not isinstance(layouts, Mapping):
             raise StatusError("fit status: 'layouts' must be a mapping of TP to samples")
         for tp_text, rows in layouts.items():
-            if not str(tp_text).isdigit() or not isinstance(rows, list):
+            if not (str(tp_text).isascii() and str(tp_text).isdigit()) or not isinstance(rows, list):
                 raise StatusError(f"fit status: layouts[{tp_text!r}] must be a TP with a list of samples")
             parsed = []
             for i, row in enumerate(rows):
@@ -165,8 +176,10 @@ class FitMemory:
                     fields = "batch, seconds, weight, time" + (", context" if width == 5 else "")
                     raise StatusError(f"fit status: layouts[{tp_text!r}][{i}] must be [{fields}]")
                 try:
-                    parsed.append(FitSample(*(float(v) for v in row)))
+                    sample = FitSample(*(float(v) for v in row))
                 except (TypeError, ValueError):
                     raise StatusError(f"fit status: layouts[{tp_text!r}][{i}] holds a non-number") from None
+                if now is None or sample.time <= now:
+                    parsed.append(sample)
             memory.add(int(tp_text), parsed)
         return memory

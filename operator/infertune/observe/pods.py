@@ -76,7 +76,8 @@ class PodTarget:
             namespace, deployment, pod = parts
         url = address if "://" in address else f"http://{address}/metrics"
         host = url.split("://", 1)[1].split("/", 1)[0]
-        if ":" not in host or not host.rsplit(":", 1)[1].isdigit():
+        port = host.rsplit(":", 1)[1] if ":" in host else ""
+        if not (port.isascii() and port.isdigit()):  # isdigit() alone takes another script's digits (٣ is 3)
             raise UserError(f"target {text!r}: expected host:port with a numeric port")
         try:
             url = str(source_url(url, f"target {text!r}"))

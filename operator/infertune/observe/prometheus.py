@@ -21,10 +21,11 @@ from typing import Any
 import yarl
 
 from infertune.api.observation import MetricsFault
+from infertune.api.schema import REQUESTS_PER_SECOND_MAX
 from infertune.model.forecast import DemandPoint
 from infertune.observe.dialects import KV_USAGE_DIALECTS, dialect_of
 from infertune.observe.figures import DeploymentKey, Expected, PodFigures, build_observation, stream_context
-from infertune.observe.fitmemory import FitSample
+from infertune.observe.fitmemory import BATCH_MAX, PASS_SECONDS_MAX, FitSample
 from infertune.observe.http import Client, FetchFailed, MiB, origin, run, source_url
 from infertune.observe.promql import (
     DEFAULT_METRICS_WINDOW,
@@ -279,12 +280,13 @@ class PrometheusSource:
             for task in tasks:
                 task.cancel()
         try:
-            return await asyncio.to_thread(self._fit_samples, queries, answers)
+            return await asyncio.to_thread(self._fit_samples, queries, answers, float(params["start"]),
+                                           float(params["end"]))
         except _Malformed:
             raise FetchFailed(MetricsFault.MALFORMED, "sent range series that are not numbers", self.where) from None
 
-    def _fit_samples(self, queries: tuple[Query, ...], answers: list[list[dict[str, Any]]]
-                     ) -> dict[DeploymentKey, list[FitSample]]:
+    def _fit_samples(self, queries: tuple[Query, ...], answers: list[list[dict[str, Any]]],
+                     first: float = -math.inf, last: float = math.inf) -> dict[DeploymentKey, list[FitSample]]:
         series: dict[str, dict[tuple[str, str, str, float], float]] = {}
         capacity: dict[tuple[str, str, str], float] = {}
         lab = self.labels
@@ -310,7 +312,10 @@ class PrometheusSource:
                 continue
             # A window only counts when its figures are physical: a pass within a minute, a batch a
             # replica can hold, tokens that were decoded.
-            if preempted is None or preempted > 0 or not (1 <= batch <= 1e5 and 0 < itl <= 60 and tokens >= 0):
+            if preempted is None or preempted > 0 or not (1 <= batch <= BATCH_MAX and 0 < itl <= PASS_SECONDS_MAX
+                                                          and tokens >= 0):
+                continue
+            if not first <= point[3] <= last:  # dated outside the range asked for: Prometheus sends none
                 continue
             context = stream_context(series["kv_mean"].get(point), capacity.get(point[:3]),
                                      series["running_mean"].get(point))
@@ -326,10 +331,14 @@ class PrometheusSource:
                                    rate_window: str = "5m") -> dict[DeploymentKey, list[DemandPoint]]:
         """The demand of every deployment over [start, end], one point per step: what a started
         operator learns the season and the bursts from before its own polls have seen them.
-        FetchFailed on a failure; a point that is no rate (NaN, infinite, negative) is dropped."""
+        FetchFailed on a failure. A point that is no rate (NaN, infinite, negative, above what any
+        resource may state: REQUESTS_PER_SECOND_MAX) is dropped, and so is one dated outside the range
+        asked for, which Prometheus never returns: a point in the future would sit at the head of the
+        history the burst and the trend read, and never age out of it."""
         query = demand_range_query(rate_window, self.labels, self.namespace, self.deployment)
         params = {"query": query.promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step}
         result = await self._get("query_range", params, query, "matrix")
+        first, last = float(params["start"]), float(params["end"])  # as sent, to the millisecond
         out: dict[DeploymentKey, list[DemandPoint]] = defaultdict(list)
         lab = self.labels
         for item in result:
@@ -340,7 +349,7 @@ class PrometheusSource:
                     time_, rate = _number(t), _number(v)
                 except _Malformed:
                     continue
-                if math.isfinite(time_) and math.isfinite(rate) and rate >= 0:
+                if first <= time_ <= last and 0 <= rate <= REQUESTS_PER_SECOND_MAX:
                     out[key].append(DemandPoint(time_, rate))
         return dict(out)
 

@@ -59,7 +59,9 @@ def hold(name: str, reason: Reason, message: str) -> Check:
 
 
 def since(then: float | None, now: float) -> float:
-    return math.inf if then is None else now - then
+    # A time after now (a clock stepped back, a status edited by hand) counts as now: a negative wait would
+    # hold a cooldown for as long as the clock lags it.
+    return math.inf if then is None else max(now - then, 0.0)
 
 
 def is_relayout(ctx: CheckContext) -> bool:
