@@ -18,6 +18,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -69,6 +70,10 @@ JSONL_KEYS = ("timestamp", "input_length", "output_length")  # Mooncake's; its t
 Stamp = tuple[float, int, int, int]
 
 
+# A date-time's fraction of a second: the first point followed by digits (a date has none, nor does an offset).
+_FRACTION = re.compile(r"\.([0-9]+)")
+
+
 def _timestamp(raw: str) -> tuple[float, str]:
     """The instant in seconds, and which kind of stamp gave it (seconds, or a date-time with or without
     a time zone)."""
@@ -78,11 +83,10 @@ def _timestamp(raw: str) -> tuple[float, str]:
     seconds = plain_number(text)
     if seconds is not None:
         return float(seconds), "plain seconds"
-    # fromisoformat takes 7 fractional digits only from 3.11 on, and only in some layouts.
-    head, dot, frac = text.partition(".")
-    if dot:
-        text = f"{head}.{(frac + '000000')[:6]}"
-    stamp = datetime.fromisoformat(text)
+    # fromisoformat takes 7 fractional digits only from 3.11 on, and only in some layouts: the fraction is cut to
+    # microseconds, and the time zone after it kept (cut with it, `.100000001+02:00` was read as UTC, an hour or
+    # two off, and `.5Z` was refused).
+    stamp = datetime.fromisoformat(_FRACTION.sub(lambda m: "." + (m[1] + "000000")[:6], text, count=1))
     if stamp.tzinfo is None:
         # Only differences matter, so a bare date-time is read as UTC: read as this machine's local
         # time, a trace crossing a daylight-saving change would gain or lose an hour of arrivals.

@@ -111,6 +111,7 @@ def writable_file(flag: str, path: str | Path | None) -> None:
 
 def regular_or_absent(flag: str, target: Path) -> None:
     """An output file must be a regular file or not exist yet."""
+    _not_a_link_to_nowhere(flag, target)
     if target.is_dir():
         raise UserError(f"{flag}: {target} is a directory, not a file")
     if target.exists() and not target.is_file():
@@ -150,6 +151,7 @@ def writable_dir(flag: str, path: str | Path | None, files: Iterable[str] | None
     if path is None:
         return
     target = Path(path)
+    _not_a_link_to_nowhere(flag, target)
     if target.exists():
         if not target.is_dir():
             raise UserError(f"{flag}: {target} exists and is not a directory")
@@ -162,6 +164,15 @@ def writable_dir(flag: str, path: str | Path | None, files: Iterable[str] | None
     if not ancestor.is_dir():
         raise UserError(f"{flag}: cannot create {target}: {ancestor} is not a directory")
     _probe(flag, ancestor)
+
+
+def _not_a_link_to_nowhere(flag: str, target: Path) -> None:
+    """A symbolic link whose target does not exist passed every check (exists() follows it), then failed after
+    the work: a plot written through it found no directory, and `crds --out` could not make a directory where
+    the link stands ("File exists"), in words that named no flag."""
+    if target.is_symlink() and not target.exists():
+        raise UserError(f"{flag}: {target} is a symbolic link to {os.readlink(target)}, which does not exist; "
+                        "name the file or directory itself")
 
 
 def _no_special_files(flag: str, folder: Path, files: Iterable[str] | None) -> None:

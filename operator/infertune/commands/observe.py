@@ -127,7 +127,23 @@ def _source(args: argparse.Namespace) -> PrometheusSource | PodsSource:
                for t in (args.targets or "").split(",") if t.strip()]
     if not targets:  # "," or " " named none, and an empty fleet would read as "ok"
         raise UserError(f"--targets: at least one host:port is required with --source pods, got {args.targets!r}")
+    _each_once(targets)
     return PodsSource(targets, timeout=args.timeout, window_seconds=_seconds(args.window, "--window"))
+
+
+def _each_once(targets: list[PodTarget]) -> None:
+    """A target named twice was scraped twice and counted as two replicas (its running streams and KV read
+    double); one pod named at two addresses is two readings of which one is a guess."""
+    urls: set[str] = set()
+    pods: set[tuple[str, str, str]] = set()
+    for target in targets:
+        pod = (target.namespace, target.deployment, target.pod)
+        if target.url in urls:
+            raise UserError(f"--targets: {target.url} is named twice")
+        if pod in pods:
+            raise UserError(f"--targets: the pod {'/'.join(pod)} is named twice")
+        urls.add(target.url)
+        pods.add(pod)
 
 
 def _check_ca(path: str) -> None:

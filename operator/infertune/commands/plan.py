@@ -48,6 +48,8 @@ MAX_TOKENS = CONTEXT_TOKENS_MAX  # a prompt or answer longer than any model's co
 CONTEXT_CV_MIN = 0.001
 
 
+# The TP a --fit or --samples was measured at when --fit-tp does not say: the Kimi B200 load test's.
+DEFAULT_FIT_TP = 8
 # Flags that say what a resource given with -f already says: with -f they would be ignored, so they
 # are refused. The measurements (--samples or --fit, --demand-rps) apply on top of the resource.
 DESCRIBE_THE_DEPLOYMENT = ("model", "gpu", "tp", "workload", "prompt_tokens", "cached_fraction", "output_tokens",
@@ -66,8 +68,9 @@ def register(sub: Any) -> None:
     p.add_argument("--workload", default="coding-agent", help="coding-agent, chat or batch")
     p.add_argument("--prompt-tokens", type=number(0, MAX_TOKENS, above=True),
                    help="mean prompt tokens (overrides --workload)")
-    p.add_argument("--cached-fraction", type=number(0, 0.999), default=0.0,
-                   help="share of the prompt served from cache")
+    # No default: without --prompt-tokens a preset's cached share is its own, and one given would be ignored.
+    p.add_argument("--cached-fraction", type=number(0, 0.999), default=None,
+                   help="share of --prompt-tokens served from cache (default 0)")
     p.add_argument("--output-tokens", type=number(0, MAX_TOKENS, above=True), help="mean generated tokens")
     p.add_argument("--context-cv", type=_context_cv,
                    help="spread of a stream's context, sd/mean (default: the workload's; 0: every context "
@@ -84,8 +87,9 @@ def register(sub: Any) -> None:
     p.add_argument("--fit", help="measured line INTERCEPT_MS,SLOPE_MS for --fit-tp "
                                  "(the Kimi B200 load test's: 5.2,1.65)")
     p.add_argument("--samples", help="CSV batch,per_pass_ms[,context_tokens] measured at --fit-tp")
-    p.add_argument("--fit-tp", type=number(1, 64, integer=True), default=8,
-                   help="the TP the fit or samples were measured at")
+    # No default here: given without --fit or --samples it would be ignored (see _check_fit_tp).
+    p.add_argument("--fit-tp", type=number(1, 64, integer=True), default=None,
+                   help=f"the TP the fit or samples were measured at (default {DEFAULT_FIT_TP})")
     p.add_argument("--all", action="store_true", help="show every candidate, not a sample of them")
     p.add_argument("--plot", help="write a PNG of the curve with the regions, the cliff and the choice")
     p.add_argument("--output", choices=("table", "json"), default="table")
@@ -113,10 +117,13 @@ def _workload(args: argparse.Namespace) -> Workload:
 
 def _mean_workload(args: argparse.Namespace) -> Workload:
     if args.prompt_tokens is None and args.output_tokens is None:
+        if args.cached_fraction is not None:  # planned exactly as without it
+            raise UserError(f"--cached-fraction: goes with --prompt-tokens and --output-tokens; the --workload preset "
+                            f"({args.workload}) has its own cached share")
         return workload_preset(args.workload)
     if args.prompt_tokens is None or args.output_tokens is None:
         raise UserError("--prompt-tokens and --output-tokens go together")
-    cached = args.prompt_tokens * args.cached_fraction
+    cached = args.prompt_tokens * (args.cached_fraction or 0.0)
     return Workload(args.prompt_tokens - cached, cached, args.output_tokens)
 
 
@@ -134,30 +141,38 @@ def _fits(args: argparse.Namespace) -> dict[int, AnyFit]:
             raise UserError(f"--fit: the intercept must be at least {SAMPLE_PASS_MS_MIN:g} ms (no pass is shorter) "
                             f"and the slope above 0 ms a stream (a pass takes longer with more streams), "
                             f"got {args.fit!r}")
-        return {args.fit_tp: LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, float(args.max_concurrency))}
+        return {_fit_tp(args): LinearFit(a_ms / 1e3, b_ms / 1e3, 1.0, 0, 1.0, float(args.max_concurrency))}
     if args.samples:
         # The planner fits the napkin's terms to them (model/passfit.py); a row without context_tokens
         # stands at the workload's context.
         samples = read_samples(args.samples)
         contexts = samples.context_tokens or (0.0,) * len(samples.batches)
-        return {args.fit_tp: SampleSet(samples.batches, samples.seconds, contexts, (1.0,) * len(samples.batches))}
+        return {_fit_tp(args): SampleSet(samples.batches, samples.seconds, contexts, (1.0,) * len(samples.batches))}
     return {}
+
+
+def _fit_tp(args: argparse.Namespace) -> int:
+    return DEFAULT_FIT_TP if args.fit_tp is None else int(args.fit_tp)
 
 
 def _check_fit_tp(args: argparse.Namespace, request: PlanRequest) -> PlanRequest:
     """A fit measured at a TP the plan does not consider would be dropped without a word, and one faster
-    than the model can run at that TP would be planned on."""
+    than the model can run at that TP would be planned on; a --fit-tp with no fit was ignored the same way."""
     if not (args.fit or args.samples):
+        if args.fit_tp is not None:
+            raise UserError(f"--fit-tp: says where --fit or --samples was measured, and neither is given, so TP"
+                            f"{args.fit_tp} would be ignored")
         return request
-    if args.fit_tp not in request.tp_sizes:
-        raise UserError(f"--fit-tp: {args.fit_tp} is not one of the TP sizes planned "
+    fit_tp = _fit_tp(args)
+    if fit_tp not in request.tp_sizes:
+        raise UserError(f"--fit-tp: {fit_tp} is not one of the TP sizes planned "
                         f"({', '.join(str(t) for t in request.tp_sizes)}), so the fit would be ignored")
-    given = request.fits[args.fit_tp]
+    given = request.fits[fit_tp]
     assert isinstance(given, SampleSet | LinearFit)  # what `_fits` reads from the flags
     if isinstance(given, LinearFit):
         _check_fit_in_range(args.fit, given, request.concurrency_max)
     fastest = min(given.seconds) if isinstance(given, SampleSet) else given.per_pass(1.0)
-    check_above_token_floor(fastest, request.model, request.gpu, args.fit_tp, "--fit" if args.fit else "--samples")
+    check_above_token_floor(fastest, request.model, request.gpu, fit_tp, "--fit" if args.fit else "--samples")
     return request
 
 

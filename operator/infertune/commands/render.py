@@ -27,6 +27,9 @@ from infertune.planner.types import Layout, PlanRequest
 from infertune.textfile import read_text
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+# What metadata.uid may hold: the API server writes a UUID; printable ASCII without a space covers it and any other
+# string an owner reference can carry in one line.
+UID = re.compile(r"[!-~]{1,128}")
 
 
 class _Refused(yaml.YAMLError):
@@ -68,8 +71,50 @@ class _StrictLoader(yaml.SafeLoader):
             raise _Refused(f"line {node.start_mark.line + 1}: an integer of {digits:,} digits, past the range of "
                            "every field") from None
 
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_expansion(node)
+        return super().construct_document(node)
+
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+
+# How many values one document may hold once its aliases are expanded. A resource holds hundreds. Nine aliases of
+# nine ("billion laughs") expand to a billion: PyYAML builds them in a moment as shared references, but the first
+# str() of one (a refusal quoting apiVersion or metadata.name, the owner reference rendered from metadata.uid)
+# walked them for ever. sigs.k8s.io/yaml refuses such a document ("excessive aliasing"), so kubectl never sends it.
+EXPANDED_VALUES_MAX = 1_000_000
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuses a document whose aliases expand it past EXPANDED_VALUES_MAX values, or one whose alias holds the
+    node it names (go-yaml: "anchor 'a' value contains itself"), naming the line. Each node is sized once, so a
+    billion-value document is judged in as many steps as it has values written."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # on the path from the root: met again below itself, it holds itself
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        key = id(node)
+        if closing:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in _children(node))
+            if sizes[key] > EXPANDED_VALUES_MAX:
+                raise _Refused(f"line {node.start_mark.line + 1}: its aliases expand it to more than "
+                               f"{EXPANDED_VALUES_MAX:,} values (a 'billion laughs'); no resource holds that many")
+        elif key in open_nodes:
+            raise _Refused(f"line {node.start_mark.line + 1}: an alias names a node that holds itself")
+        elif key not in sizes:
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 # YAML 1.1's base-60 numbers: PyYAML reads `startupSeconds: 15:00` as 900 and `1:30.5` as 90.5. kubectl and the
 # API server (sigs.k8s.io/yaml) read both as strings, which a number field refuses; so the commands read them as
@@ -136,6 +181,11 @@ def _check_metadata(path: Path, resource: dict[str, Any]) -> None:
         why = refusal(meta[key]) if key in meta else None
         if why is not None:
             raise UserError(f"{path}: {why}")
+    uid = meta.get("uid", PLACEHOLDER_UID)
+    if not (isinstance(uid, str) and UID.fullmatch(uid)):
+        # It goes into every rendered object's owner reference as str() made it: '[1, 2]', 'None', ''.
+        raise UserError(f"{path}: metadata.uid {shown(uid)} is not a UID: 1 to 128 printable ASCII characters "
+                        "(the API server's, such as 4f9c1a2e-7b3d-4e8f-9a0b-1c2d3e4f5a6b; or leave it out)")
 
 
 def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPolicySpec | None:
@@ -153,7 +203,14 @@ def load_policy(spec: InferenceDeploymentSpec, path: Path | None) -> ServingPoli
     if kind != POLICY_KIND:  # another resource's spec would be read as a policy's, all defaults
         raise UserError(f"{flag}: {candidate} is a {kind}, not a {POLICY_KIND}")
     _check_api_version(f"{flag}: {candidate}", docs[0])
-    return parse_policy(docs[0].get("spec"))
+    policy = docs[0].get("spec")
+    if not isinstance(policy, dict):
+        # parse_policy reads a missing, empty or list spec as all defaults (no SLO, no workload); the CRD requires
+        # a spec that is an object, so the API server refuses such a ServingPolicy.
+        got = "none" if policy is None else type(policy).__name__
+        raise UserError(f"{flag}: {candidate}: a ServingPolicy's spec must be a mapping (`spec: {{}}` for all the "
+                        f"defaults), got {got}")
+    return parse_policy(policy)
 
 
 def resolve_file(args: argparse.Namespace) -> tuple[dict[str, Any], Resolved]:
