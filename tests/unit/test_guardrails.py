@@ -537,3 +537,20 @@ def test_while_a_move_waits_for_loading_pods_the_running_shape_still_scales_up()
     _, d = run(3.0, state)
     assert d.action is Action.SCALE_UP and d.target == Layout(8, 16, 8)
     assert "keeping TP8 max-num-seqs 16 (ScaleUpLoading:" in d.message
+
+
+def test_streams_slow_while_a_scale_up_loads_add_pods_of_the_running_shape_not_a_restart():
+    """The engine's figures alone (streams below the floor) while the pods a step ordered still load are the
+    overload those pods relieve: a move to a roomier shape would restart them, a whole load from now (random
+    scenario 400: five loading pods restarted). The fleet scales the running shape instead, and the move waits."""
+    running = Layout(8, 20, 6)
+    p, _ = run(3.0, PlannerState(applied=running))
+    assert p.layout is not None and p.sized(running) is not None  # the model still sizes what runs
+    slow = replace(fresh(3.0), mean_inter_token_seconds=0.5)  # 2 tok/s a stream, the floor is 25
+    loading = PlannerState(applied=running, ready_replicas=4, last_scale_up_at=NOW - 90)
+    d = decide(p, loading, slow, RAILS, NOW)
+    assert d.action is Action.SCALE_UP and d.target == Layout(8, 20, 8)
+    assert "keeping TP8 max-num-seqs 20 (ScaleUpLoading:" in d.message
+    # Once the pods serve, streams still below the floor send the shape away as before.
+    served = decide(p, replace(loading, ready_replicas=6), slow, RAILS, NOW)
+    assert served.action is Action.RELAYOUT and served.reason == "CurrentLayoutUnsafe"

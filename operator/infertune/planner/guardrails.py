@@ -349,6 +349,10 @@ def _decide(plan: Plan, state: PlannerState, observation: Observation | None, gu
     held = _chain(ctx, checks)
     if held is None:
         return _act(ctx, checks)
+    if held.reason == DecisionReason.SCALE_UP_LOADING and ctx.current is None and not ctx.over_line:
+        # Held on the engine's word alone (relayout_checks.py `check_scale_up_landed`): the running shape is
+        # what the model still sizes, and it scales on while the pods it ordered load.
+        ctx = replace(ctx, current=current, applied_unsafe=False)
     trusted = held.checks[-1].name != "metrics" and ctx.current is not None
     held = replace(held, running_wanted=ctx.current.replicas if trusted and ctx.current is not None else None)
     if held.reason not in _RELAYOUT_HOLDS or ctx.current is None or applied is None:

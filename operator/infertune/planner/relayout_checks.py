@@ -136,15 +136,21 @@ def check_relayout_cooldown(ctx: CheckContext) -> Check:
 
 
 def check_scale_up_landed(ctx: CheckContext) -> Check:
-    """A re-layout waits while pods of the last scale-up still load, unless the running shape is unsafe
-    (the model or the engine finds its working set past the KV line) or a full pool gives way. Its rollout
+    """A re-layout waits while pods of the last scale-up still load, unless the model finds the running
+    shape's working set past the KV line or a full pool gives way. Its rollout
     would replace those pods first (a Deployment removes unready pods before ready ones) with pods that
     serve a whole model load from now, not the rest of the load they are into, while the demand that
     ordered them climbs; and a demand still climbing is not the level a cheaper shape is judged on.
     Random scenario 212 (coding-agent sessions, an 810 s load): a scale-up from 2 to 4 pods, then 30 s
     later a move from c=13 to c=15 for 4 GPUs; the fleet served on 2 pods for 14 minutes, and the
-    tighter shape was left as unsafe 18 minutes later, a second rollout into the next burst."""
-    if (not is_relayout(ctx) or ctx.applied_unsafe or ctx.proposed is None
+    tighter shape was left as unsafe 18 minutes later, a second rollout into the next burst.
+    The engine's figures alone (streams decoding below the floor, or preempting) do not lift the wait: while
+    a scale-up's pods load, every pod that serves runs its cap, and what they report is the overload those
+    pods are coming to relieve. Random scenario 400 (a 2.9x step on TP4 c=64), with a pod's e2e counted at
+    its own prefill (tried, docs/bench-history.md): six pods ordered over four minutes, then streams below
+    the floor, and a move to c=15 restarted the five still loading, a whole load from then; the draw went
+    from 93.82% to 82.97%, and back to 93.82% with this wait."""
+    if (not is_relayout(ctx) or (ctx.applied_unsafe and ctx.over_line) or ctx.proposed is None
             or (ctx.rollout is not None and ctx.rollout.max_unavailable > 0)
             or not scale_up_loading(ctx.state, ctx.rails, ctx.now)):
         return ok("scale-up-landed")
