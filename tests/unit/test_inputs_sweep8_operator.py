@@ -35,6 +35,8 @@ From Prometheus:
 - the demand history (a range query a started operator seeds its bursts and season from) took rates of
   10^300 req/s, which sized the plan for 10^300 req/s, and points dated outside the range asked for.
 
+A TTFT bucket bound sent twice, for the deployment or for a pod, was read by letting the last overwrite the first.
+
 And four the CLI sweep (test_cli_inputs_sweep8.py) met in modules of this layer: a Prometheus URL with an unclosed
 bracket or a port past 65535 taken in a spec, a spec that is a list read as an empty one, a pods target's port in
 Arabic-Indic digits, and a guardrail wait that came out negative for a time after now.
@@ -249,8 +251,11 @@ _VALUES = {"kv_usage": "0.4", "running": "4", "waiting": "0", "identity": "1", "
            "sample_time": f"{AT:.0f}"}
 
 
-def _poll(sample_time: str = f"{AT:.0f}",
-          deployment_buckets: tuple[tuple[str, str], ...] = (("0.1", "0"), ("1", "5"), ("+Inf", "10"))) -> Any:
+BUCKETS = (("0.1", "0"), ("1", "5"), ("+Inf", "10"))
+
+
+def _poll(sample_time: str = f"{AT:.0f}", deployment_buckets: tuple[tuple[str, str], ...] = BUCKETS,
+          pod_buckets: tuple[tuple[str, str], ...] = BUCKETS) -> Any:
     """One poll's answers for two healthy pods, with the sample time and the deployment's TTFT buckets given."""
     docs = []
     for query in SOURCE.queries:
@@ -263,8 +268,7 @@ def _poll(sample_time: str = f"{AT:.0f}",
             if query.shape == "identity":
                 metric["__name__"] = "vllm:kv_cache_usage_perc"
             if query.shape == "buckets":
-                result += [{"metric": {**metric, "le": le}, "value": [AT, v]}
-                           for le, v in (("0.1", "0"), ("1", "5"), ("+Inf", "10"))]
+                result += [{"metric": {**metric, "le": le}, "value": [AT, v]} for le, v in pod_buckets]
                 continue
             if query.shape == "cache_config":
                 metric |= {"num_gpu_blocks": "10000", "block_size": "16"}
@@ -297,6 +301,15 @@ def test_a_sample_time_that_is_no_time_is_a_fault_and_status_can_show_it(stamp: 
 def test_a_deployment_ttft_past_physics_is_not_trusted(buckets: tuple[tuple[str, str], ...]) -> None:
     obs = _poll(deployment_buckets=buckets)
     assert not obs.available and obs.fault is MetricsFault.IMPLAUSIBLE
+
+
+def test_a_ttft_bucket_sent_twice_is_a_duplicate_series_not_one_overwriting_the_other() -> None:
+    """`sum by (le)` answers one series a bound, and a pod's histogram has one a bound per scrape job. A repeated
+    bound (two jobs scraping a pod, a relabelling that merged two histograms) was read by overwriting, and the SLO
+    check reads the quantiles that came out."""
+    twice = (("0.1", "0"), ("1", "5"), ("1", "9"), ("+Inf", "10"))
+    for obs in (_poll(deployment_buckets=twice), _poll(pod_buckets=twice)):
+        assert not obs.available and obs.fault is MetricsFault.DUPLICATE_SERIES
 
 
 def _demand_history(values: list[list[Any]], start: float = AT - 3600, end: float = AT) -> list[float]:
@@ -349,3 +362,19 @@ def test_a_guardrail_time_after_now_counts_as_now_not_as_a_negative_wait() -> No
     from infertune.planner.checks import since
 
     assert since(2_000.0, 1_000.0) == 0.0 and since(None, 1_000.0) == float("inf") and since(400.0, 1_000.0) == 600.0
+
+
+def test_a_demand_history_with_two_series_for_one_deployment_is_not_seeded() -> None:
+    """The range query sums by deployment: two series for one (a relabelling that split it) interleaved two
+    histories at every step, and the burst figure read the higher of each pair."""
+    source = PrometheusSource("http://prometheus.example:9090")
+    one = [[AT - 120, "1.0"], [AT - 60, "1.0"]]
+
+    async def answer(*_: Any) -> list[dict[str, Any]]:
+        return [{"metric": {"namespace": "ns", "deployment": "d"}, "values": one},
+                {"metric": {"namespace": "ns", "deployment": "d"}, "values": [[AT - 120, "9.0"], [AT - 60, "9.0"]]},
+                {"metric": {"namespace": "ns", "deployment": "e"}, "values": one}]
+
+    source._get = answer  # type: ignore[method-assign]
+    found = asyncio.run(source.demand_history_async(AT - 3600, AT, "1m"))
+    assert ("ns", "d") not in found and [p.rate for p in found[("ns", "e")]] == [1.0, 1.0]

@@ -16,6 +16,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import yarl
@@ -150,7 +151,10 @@ class _PodAccumulator:
         elif query.key == "resets":
             self.reset = value > 0
         elif query.shape == "buckets":
-            self.ttft_buckets[_number(metric.get("le"))] = value
+            bound = _number(metric.get("le"))
+            if bound in self.ttft_buckets:  # a bucket twice for one pod: two jobs scrape it (one would overwrite)
+                self.series_count = max(self.series_count, 2)
+            self.ttft_buckets[bound] = value
         else:
             self.rates[query.key] = value
 
@@ -236,13 +240,17 @@ class PrometheusSource:
                   at: float) -> Snapshot:
         pods: dict[DeploymentKey, dict[str, _PodAccumulator]] = defaultdict(dict)
         deployment_buckets: dict[DeploymentKey, dict[float, float]] = defaultdict(dict)
+        repeated: dict[DeploymentKey, float] = {}  # a deployment's TTFT bucket bound sent twice
         lab = self.labels
         for query, result in zip(self.queries, answers, strict=True):
             for item in result:
                 metric = item["metric"]
                 key = (metric.get(lab.namespace, ""), metric.get(lab.deployment, ""))
                 if query.level == "deployment":
-                    deployment_buckets[key][_number(metric.get("le"))] = _value(item)
+                    bound = _number(metric.get("le"))
+                    if bound in deployment_buckets[key]:
+                        repeated.setdefault(key, bound)
+                    deployment_buckets[key][bound] = _value(item)
                     continue
                 pod = metric.get(lab.pod, "")
                 acc = pods[key].setdefault(pod, _PodAccumulator(pod))
@@ -256,6 +264,14 @@ class PrometheusSource:
                 expected.get(key), at, self.stale_after, quantiles(deployment_buckets.get(key, {})))
             for key in keys
         }
+        for key, bound in repeated.items():
+            obs = observations.get(key)
+            if obs is not None and obs.available:
+                # `sum by (le)` answers one series a bound: a second is an answer not to read quantiles from
+                # (one silently overwrote the other, and the SLO check reads these quantiles).
+                observations[key] = replace(obs, available=False, fault=MetricsFault.DUPLICATE_SERIES,
+                                            message=f"the deployment's TTFT histogram sent the bucket le={bound:g} "
+                                                    f"twice")
         return Snapshot(time=at, observations=observations, queries=len(self.queries), source=self.name)
 
     # --- the fit's history ----------------------------------------------------------------------
@@ -341,9 +357,12 @@ class PrometheusSource:
         first, last = float(params["start"]), float(params["end"])  # as sent, to the millisecond
         out: dict[DeploymentKey, list[DemandPoint]] = defaultdict(list)
         lab = self.labels
+        twice: set[DeploymentKey] = set()
         for item in result:
             m = item["metric"]
             key = (m.get(lab.namespace, ""), m.get(lab.deployment, ""))
+            if key in out:
+                twice.add(key)
             for t, v in item["values"]:
                 try:
                     time_, rate = _number(t), _number(v)
@@ -351,5 +370,8 @@ class PrometheusSource:
                     continue
                 if first <= time_ <= last and 0 <= rate <= REQUESTS_PER_SECOND_MAX:
                     out[key].append(DemandPoint(time_, rate))
-        return dict(out)
+        # The query sums by deployment, so one answers a series each: two (labels relabelled into one
+        # deployment's) interleave two histories at every step, and neither is the demand. Such a history is
+        # not seeded; the operator's own polls build one.
+        return {key: points for key, points in out.items() if key not in twice}
 
