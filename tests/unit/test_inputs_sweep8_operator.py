@@ -378,3 +378,18 @@ def test_a_demand_history_with_two_series_for_one_deployment_is_not_seeded() -> 
     source._get = answer  # type: ignore[method-assign]
     found = asyncio.run(source.demand_history_async(AT - 3600, AT, "1m"))
     assert ("ns", "d") not in found and [p.rate for p in found[("ns", "e")]] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize(("section", "field", "text"), [("slo", "minStreamTokensPerSecond", "25"),
+                                                        ("engine", "startupSeconds", "900"),
+                                                        ("hardware", "poolGpus", "32")])
+def test_a_number_written_as_a_string_is_refused_as_the_api_server_refuses_it(section: str, field: str,
+                                                                              text: str) -> None:
+    """pydantic's lax mode read `"25"` as 25, so `render` and `plan -f` planned a resource kubectl cannot apply."""
+    example = yaml.safe_load((REPO / "examples" / "kimi-k2.6-b200.yaml").read_text())
+    spec = copy.deepcopy(example["spec"])
+    spec.setdefault(section, {})[field] = text
+    with pytest.raises(SpecError, match=rf"spec\.{section}\.{field}: expected a number, got the string '{text}'"):
+        parse_spec(spec)
+    spec[section][field] = int(text)
+    parse_spec(spec)  # the same figure unquoted is taken

@@ -230,6 +230,11 @@ def _takes_integer(annotation: Any) -> bool:
     return annotation is int or any(_takes_integer(arg) for arg in get_args(annotation))
 
 
+def _takes(annotation: Any, kind: type) -> bool:
+    """Whether a field's type holds a `kind` anywhere (`float | None`, `tuple[int, ...]`, `Annotated[str, ...]`)."""
+    return annotation is kind or any(_takes(arg, kind) for arg in get_args(annotation))
+
+
 class ApiModel(BaseModel):
     """camelCase on the wire, snake_case in Python; unknown fields are an error, not a silent drop."""
 
@@ -246,6 +251,12 @@ class ApiModel(BaseModel):
             shown_bool = str(next(v for v in items if isinstance(v, bool))).lower()
             raise ValueError(f"expected an integer, got the boolean {shown_bool} (YAML reads true, false, yes, no, "
                              "on and off as booleans)")
+        if (field is not None and any(isinstance(v, str) for v in items) and not _takes(field.annotation, str)
+                and (_takes(field.annotation, int) or _takes(field.annotation, float))):
+            # pydantic's lax mode reads `minStreamTokensPerSecond: "25"` as 25; the API server refuses a string
+            # where the CRD wants a number, so `render` and `plan -f` planned a resource kubectl cannot apply.
+            text = next(v for v in items if isinstance(v, str))
+            raise ValueError(f"expected a number, got the string {text[:40]!r} (write it without quotes)")
         return value
 
     def wire(self) -> dict[str, Any]:
