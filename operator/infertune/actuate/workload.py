@@ -21,6 +21,7 @@ from infertune.actuate.engine import (
 from infertune.api.schema import ALLOWED_TP_SIZES, CONCURRENCY_MAX, REPLICAS_MAX
 from infertune.api.spec import API_VERSION, KIND, InferenceDeploymentSpec
 from infertune.planner.types import Layout
+from infertune.textfile import plain_number
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 DEPLOYMENT_LABEL = "infertune.io/deployment"
@@ -258,9 +259,8 @@ def _count_read_back(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value if value >= 0 else None
-    if isinstance(value, str) and 0 < len(value) <= 10 and value.isascii() and value.isdigit():
-        return int(value)
-    return None
+    count = plain_number(value, integer=True) if isinstance(value, str) and value[:1] not in "+-" else None
+    return count if isinstance(count, int) else None
 
 
 def _rolling(max_surge: int, max_unavailable: int) -> Obj:

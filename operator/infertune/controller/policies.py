@@ -14,7 +14,7 @@ from typing import Any
 from infertune.api.conditions import Condition, ConditionType, ConditionUpdate, Reason, merge_conditions
 from infertune.api.policy import ServingPolicySpec, parse_policy
 from infertune.api.status import PolicySnapshot
-from infertune.controller.status import iso, records
+from infertune.controller.status import iso, records, section
 from infertune.errors import PendingError, SpecError
 
 Key = tuple[str, str]
@@ -62,7 +62,7 @@ class PolicyMemory:
         if spec is not None:
             policy = parse_policy(dict(spec))
             self._seen[key] = (name, dict(spec))
-            known = _snapshot(status)
+            known = section(status, "policy")
             wire = policy.wire()
             seen_at = str(known.get("seenAt") or iso(now)) if (known.get("name"), known.get("spec")) == (
                 name, wire) else iso(now)
@@ -81,7 +81,7 @@ class PolicyMemory:
 
     def _last(self, key: Key, status: Mapping[str, Any], name: str) -> tuple[dict[str, Any], str] | None:
         seen = self._seen.get(key)
-        known = _snapshot(status)
+        known = section(status, "policy")
         seen_at = str(known.get("seenAt") or "before this operator started")
         if seen is not None and seen[0] == name:
             return seen[1], seen_at
@@ -95,9 +95,3 @@ class PolicyMemory:
 
     def forget(self, key: Key) -> None:
         self._seen.pop(key, None)
-
-
-def _snapshot(status: Mapping[str, Any]) -> Mapping[str, Any]:
-    """status.policy, or nothing when it is not an object."""
-    known = status.get("policy")
-    return known if isinstance(known, Mapping) else {}

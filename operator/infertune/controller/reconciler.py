@@ -47,6 +47,7 @@ from infertune.controller.status import (
     profile_to_status,
     ready_condition,
     records,
+    section,
 )
 from infertune.controller.telemetry import Telemetry
 from infertune.errors import OwnershipError, PendingError, SpecError, StatusError
@@ -279,7 +280,7 @@ class Reconciler:
                             "applied a changed workload" if changed else "the workload is up to date"),
             *policy.updates,
         ], iso(now), resource.generation)
-        stamp = _field(resource.status, "applied", "appliedAt")
+        stamp = section(resource.status, "applied").get("appliedAt")
         applied_at = iso(now) if changed or not stamp else str(stamp)
         report.status({"conditions": [c.wire() for c in conditions], "observedGeneration": resource.generation,
                        "selector": selector_string(resource.name), "replicas": layout.replicas,
@@ -319,13 +320,14 @@ class Reconciler:
         obs = self.metrics.observation(key, max(resolved.request.guardrails.model_load_seconds, SHAPE_MIN_S))
         warning = self.metrics.warning(key, obs, resolved.request.kv_headroom, now)
         memory = self._fit_memory(resource)
-        samples = self.metrics.take_fit_samples(key, _timestamp(_field(resource.status, "applied", "appliedAt"), now))
+        applied_at = section(resource.status, "applied").get("appliedAt")
+        samples = self.metrics.take_fit_samples(key, _timestamp(applied_at, now))
         if running is not None and not (workload is not None and workload.mid_rollout):
             memory.add(running.tensor_parallel_size, samples, now)
         status = dict(resource.status)
         if running is not None:
             status["applied"] = applied_status(running, gpus_per_node, str(
-                _field(resource.status, "applied", "appliedAt") or iso(now)))
+                applied_at or iso(now)))
         profile, profile_status = self._profile(resource, obs, now)
         outcome = run_cycle(CycleInput(resource.namespace, resource.name, resource.generation, resource.paused,
                                        resolved, status, obs, memory.fits(), now, warning, workload,
@@ -364,7 +366,7 @@ class Reconciler:
         kinds = [WorkloadKind.DEPLOYMENT]
         if max(resolved.request.tp_sizes) > resolved.gpu.gpus_per_node:
             kinds.append(WorkloadKind.LEADER_WORKER_SET)
-        recorded = str(_field(resource.status, "applied", "workloadKind") or "")
+        recorded = str(section(resource.status, "applied").get("workloadKind") or "")
         kinds.sort(key=lambda kind: kind.value != recorded)
         for kind in kinds:
             found = self.cluster.workload(resource.key, kind)
@@ -389,7 +391,8 @@ class Reconciler:
         kept = self._profiles.get(resource.key)
         if kept is None:
             raw = resource.status.get("demandProfile")
-            kept = (profile_from_status(raw), _timestamp(_field(resource.status, "demandProfile", "updatedAt"), now))
+            updated_at = section(resource.status, "demandProfile").get("updatedAt")
+            kept = (profile_from_status(raw), _timestamp(updated_at, now))
         profile, written = kept
         season = self.metrics.take_season(resource.key)
         if profile.empty and season:  # a first start: the days the source remembers, before any cycle of ours
@@ -446,12 +449,6 @@ def _limits(resolved: Resolved, *layouts: Layout | None) -> ReplicaLimits:
     tps = {*req.tp_sizes, *(layout.tensor_parallel_size for layout in shown)}
     seqs = max([req.concurrency_max, *(layout.max_num_seqs for layout in shown)])
     return replica_limits(resolved.model, resolved.gpu, tps, seqs)
-
-
-def _field(status: Mapping[str, Any], section: str, name: str) -> Any:
-    """status[section][name], or None when either is absent or the section is not a mapping."""
-    part = status.get(section)
-    return part.get(name) if isinstance(part, Mapping) else None
 
 
 def _timestamp(text: Any, now: float) -> float:

@@ -262,6 +262,13 @@ def wire_status(fields: Mapping[str, Any]) -> dict[str, Any]:
     return wired
 
 
+def section(status: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """status[key] as the object the operator writes there (applied, guardrails, policy, ...); empty when absent
+    or not an object (a status written with no schema behind it)."""
+    part = status.get(key)
+    return part if isinstance(part, Mapping) else {}
+
+
 def records(status: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
     """status[key] as the list of objects the operator writes there (conditions, decisions): a field that
     is no list, or an entry that is no object, is not read (a status written with no schema behind it)."""
@@ -296,8 +303,7 @@ def state_from_status(status: Mapping[str, Any], now: float | None = None) -> Pl
     """The guardrails' memory from status. Only the operator writes it, but anyone with access to the status
     subresource can edit it, and its schema bounds little: what is not a figure the operator could have
     written is not trusted (`now`, when given, is the latest time a record may bear)."""
-    memory = status.get("guardrails")
-    memory = memory if isinstance(memory, Mapping) else {}
+    memory = section(status, "guardrails")
     return PlannerState(
         applied=layout_of(status.get("applied")),
         last_scale_up_at=_recorded_time(memory.get("lastScaleUpAt"), now),
