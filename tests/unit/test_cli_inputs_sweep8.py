@@ -8,10 +8,12 @@ replayed 0.1 s apart) or was refused (`...00.5Z`); `observe --source pods` count
 replicas; `plan --cached-fraction` without `--prompt-tokens`, and `--fit-tp` without `--fit` or `--samples`, were
 ignored; and an output path that is a symbolic link to nowhere (`--plot`, `crds --out`, `--reference`) failed only
 after the work, in words that named no flag. Each is now refused in one line that names the flag or the file
-(exit 2), with nothing written; a few valid inputs the fixes must keep taking are checked beside them."""
+(exit 2), with nothing written; a few valid inputs the fixes must keep taking are checked beside them. Since
+added: a list flag with a value given twice (`fit --predict 2,8,2`), which printed its row twice."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -243,3 +245,24 @@ def test_an_output_that_is_a_link_to_a_file_is_still_written(capsys: pytest.Capt
     os.symlink(target, link)
     code, out, err = run(capsys, "crds", "--reference", str(link))
     assert code == 0 and "CustomResourceDefinition" in out, err
+
+
+# --- a list flag with a value given twice --------------------------------------------------------------------
+@pytest.mark.parametrize(("argv", "flag", "twice"), [
+    # Each printed its row twice: a paste or a typo, not two rows wanted.
+    (["fit", "--samples", "{samples}", "--predict", "2,8,2"], "--predict", "2"),
+    (["simulate", "sweep", "--concurrency", "1,1", "--duration", "1"], "--concurrency", "1"),
+    (["plan", "--tp", "4,8,4"], "--tp", "4"),
+])
+def test_a_list_flag_refuses_a_value_given_twice(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                 argv: list[str], flag: str, twice: str) -> None:
+    samples = write(tmp_path / "s.csv", SAMPLES)
+    code, out, err = run(capsys, *[a.format(samples=samples) for a in argv])
+    assert refused(code, out, err, flag, f"{twice} is given twice"), err
+
+
+def test_a_list_flag_with_distinct_values_is_still_taken(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    samples = write(tmp_path / "s.csv", SAMPLES)
+    code, out, _ = run(capsys, "fit", "--samples", samples, "--predict", "16,2,8", "--output", "json")
+    assert code == 0, out
+    assert [row["batch"] for row in json.loads(out)["predictions"]] == [16, 2, 8]

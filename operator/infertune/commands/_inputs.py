@@ -275,6 +275,11 @@ def parse_int_list(value: str, flag: str, high: int | None = None) -> tuple[int,
         raise UserError(f"{flag}: expected comma-separated integers, got {value!r}")
     if not items or any(v <= 0 for v in items):
         raise UserError(f"{flag}: expected positive integers, got {value!r}")
+    # A row per item: one named twice printed its row twice (`fit --predict 2,2`), a paste, as a target named
+    # twice is (observe).
+    twice = next((v for i, v in enumerate(items) if v in items[:i]), None)
+    if twice is not None:
+        raise UserError(f"{flag}: {twice} is given twice in {value!r}")
     if high is not None and max(items) > high:
         biggest = str(max(items))  # as digits: an int past a float's range cannot be formatted as one
         shown = biggest if len(biggest) <= 20 else f"a {len(biggest)}-digit number"
